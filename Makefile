@@ -1,0 +1,40 @@
+# Every target sets up what it needs itself and is safe to run twice.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+# Ray and Spark listen on loopback only (DESIGN.md).
+export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER := 0
+export SPARK_LOCAL_IP := 127.0.0.1
+export RAY_USAGE_STATS_ENABLED := 0
+
+.PHONY: venv test test-unit demo bench lock clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,bench]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-unit: $(STAMP)
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+demo: $(STAMP)
+	$(PY) -m bench.demo
+
+bench: $(STAMP)
+	$(PY) -m bench.storage_bench
+	$(PY) -m bench.client_bench
+
+lock: $(STAMP)
+	{ echo "# Exact versions installed by 'make' (pip -c). Regenerate with 'make lock' after changing pyproject.toml."; \
+	  $(PY) -m pip freeze --exclude-editable | grep -v '^raylog'; } > constraints.txt
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,113 @@
+"""Pure state of one partition replica above its log: high watermark, ISR, producer sequences.
+
+No Ray and no I/O: the replica actor feeds it events and reads decisions, and
+unit tests drive it directly.
+
+Invariant: log_start_offset <= high_watermark <= log_end_offset. The high
+watermark is the smallest log end offset over the in-sync replicas; with the
+leader alone in the ISR (replication factor 1) it equals the leader's log end
+offset. Followers (a later issue) report their log end offsets through fetches.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+
+from raylog.errors import OutOfOrderSequenceError
+from raylog.protocol import ProduceResponse
+
+MAX_TRACKED_PRODUCERS = 10_000
+"""Producer ids remembered per partition; the least recently seen is forgotten first."""
+DEDUP_WINDOW = 5
+"""Batches remembered per producer for duplicate detection: Kafka's max in-flight for idempotence."""
+
+
+class ReplicaState:
+    def __init__(self, replica_id: int, leader_epoch: int, log_start_offset: int, log_end_offset: int):
+        self.replica_id = replica_id
+        self.leader_epoch = leader_epoch
+        self.isr: set[int] = {replica_id}
+        self.log_end_offsets: dict[int, int] = {replica_id: log_end_offset}
+        self.log_start_offset = log_start_offset
+        self.high_watermark = log_end_offset
+
+    def on_leader_append(self, log_end_offset: int) -> int:
+        """The leader's log grew; returns the new high watermark."""
+        self.log_end_offsets[self.replica_id] = log_end_offset
+        return self._advance()
+
+    def on_follower_fetch(self, replica_id: int, log_end_offset: int) -> int:
+        self.log_end_offsets[replica_id] = log_end_offset
+        return self._advance()
+
+    def on_truncate(self, log_start_offset: int, log_end_offset: int) -> None:
+        self.log_start_offset = log_start_offset
+        self.log_end_offsets[self.replica_id] = log_end_offset
+        self.high_watermark = min(self.high_watermark, log_end_offset)
+        self.high_watermark = max(self.high_watermark, log_start_offset)
+
+    def on_log_start_moved(self, log_start_offset: int) -> None:
+        self.log_start_offset = log_start_offset
+        self.high_watermark = max(self.high_watermark, log_start_offset)
+
+    def _advance(self) -> int:
+        candidate = min(self.log_end_offsets.get(r, 0) for r in self.isr)
+        if candidate > self.high_watermark:
+            self.high_watermark = candidate
+        return self.high_watermark
+
+
+@dataclass(slots=True)
+class _ProducerEntry:
+    epoch: int
+    next_sequence: int
+    recent: deque = field(default_factory=lambda: deque(maxlen=DEDUP_WINDOW))
+    """(base_sequence, ProduceResponse) of the last appended batches."""
+
+
+class ProducerStateTable:
+    """Per producer id: the next expected sequence and the last few appended batches.
+
+    Decides for each idempotent batch whether to append it, answer it as a
+    duplicate of an earlier append (a retry), or hold it until the batches
+    before it arrive (Ray does not promise that calls to an async actor start
+    in submission order, so in-flight batches can overtake each other).
+    """
+
+    APPEND, DUPLICATE, WAIT = "append", "duplicate", "wait"
+
+    def __init__(self) -> None:
+        self._entries: OrderedDict[int, _ProducerEntry] = OrderedDict()
+
+    def check(self, producer_id: int, epoch: int, base_sequence: int) -> tuple[str, ProduceResponse | None]:
+        entry = self._entries.get(producer_id)
+        if entry is None or epoch > entry.epoch:
+            return self.APPEND, None
+        if epoch < entry.epoch:
+            raise OutOfOrderSequenceError(f"producer {producer_id} epoch {epoch} is fenced by epoch {entry.epoch}")
+        if base_sequence == entry.next_sequence:
+            return self.APPEND, None
+        for seq, response in entry.recent:
+            if seq == base_sequence:
+                return self.DUPLICATE, response
+        if base_sequence > entry.next_sequence:
+            return self.WAIT, None
+        raise OutOfOrderSequenceError(
+            f"producer {producer_id} sent sequence {base_sequence}, expected {entry.next_sequence}; "
+            "it is older than the duplicates this replica remembers")
+
+    def record(self, producer_id: int, epoch: int, base_sequence: int, record_count: int,
+               response: ProduceResponse) -> None:
+        entry = self._entries.get(producer_id)
+        if entry is None or epoch > entry.epoch:
+            entry = _ProducerEntry(epoch, 0)
+            self._entries[producer_id] = entry
+        entry.next_sequence = base_sequence + record_count
+        entry.recent.append((base_sequence, response))
+        self._entries.move_to_end(producer_id)
+        while len(self._entries) > MAX_TRACKED_PRODUCERS:
+            self._entries.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._entries)

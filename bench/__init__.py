@@ -1,0 +1,1 @@
+"""Benchmarks that reproduce rows of Kafka's reference table; each prints medians and ratios."""

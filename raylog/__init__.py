@@ -1,0 +1,57 @@
+"""raylog: a durable, partitioned commit log on Ray, with Kafka's client API.
+
+    import raylog
+    cluster = raylog.connect()
+    cluster.admin().create_topic("events", num_partitions=3)
+    producer = cluster.producer()
+    producer.send("events", b"hello", key=b"k").get(timeout=10)
+    consumer = cluster.consumer("events", auto_offset_reset="earliest")
+    records = consumer.poll(timeout_ms=1000)
+
+Names are re-exported lazily, so ``import raylog.storage`` never loads Ray.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "connect": "raylog.cluster",
+    "Cluster": "raylog.cluster",
+    "Producer": "raylog.producer",
+    "Consumer": "raylog.consumer",
+    "AdminClient": "raylog.admin",
+    "NewTopic": "raylog.admin",
+    "ColumnBatch": "raylog.column_batch",
+    "TopicConfig": "raylog.config",
+    "ProducerConfig": "raylog.config",
+    "ConsumerConfig": "raylog.config",
+    "ClusterConfig": "raylog.config",
+    "TopicPartition": "raylog.records",
+    "RecordMetadata": "raylog.records",
+    "ConsumerRecord": "raylog.records",
+    "OffsetAndTimestamp": "raylog.records",
+    "errors": "raylog.errors",
+}
+_EXPORTS.update({name: "raylog.errors" for name in (
+    "RaylogError", "InvalidTopicError", "UnknownTopicOrPartitionError", "RecordTooLargeError",
+    "OffsetOutOfRangeError", "CorruptRecordError", "InvalidConfigError", "KafkaTimeoutError",
+    "TopicAlreadyExistsError", "NoOffsetForPartitionError", "InvalidPartitionError",
+    "InvalidRecordError", "IllegalStateError", "ReplicaNotAvailableError",
+)})
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'raylog' has no attribute {name!r}")
+    mod = importlib.import_module(module)
+    value = mod if name == "errors" else getattr(mod, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -1,0 +1,100 @@
+"""AdminClient: topics, partitions and offsets (kafka-python's KafkaAdminClient names)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+from raylog import ray_calls
+from raylog.config import TopicConfig
+from raylog.errors import InvalidConfigError
+from raylog.naming import validate_topic_name
+from raylog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TopicDescription
+from raylog.records import OffsetAndTimestamp, TopicPartition
+
+
+@dataclass(frozen=True)
+class NewTopic:
+    name: str
+    num_partitions: int = 1
+    replication_factor: int = 1
+    topic_configs: Mapping = field(default_factory=dict)
+    """Kafka topic configs, e.g. {'retention.ms': 60000} or {'retention_ms': 60000}."""
+
+
+class AdminClient:
+    def __init__(self, cluster=None):
+        from raylog.cluster import default_cluster
+
+        self._cluster = cluster or default_cluster()
+        self._controller = self._cluster.controller
+        self._timeout_s = self._cluster.config.request_timeout_ms / 1000
+
+    def _call(self, ref):
+        return ray_calls.get(ref, self._timeout_s)
+
+    def create_topics(self, new_topics: Iterable[NewTopic]) -> list[TopicDescription]:
+        """Create each topic; raises TopicAlreadyExistsError, InvalidTopicError, InvalidConfigError."""
+        created = []
+        for t in new_topics:
+            validate_topic_name(t.name)
+            TopicConfig.from_mapping(t.topic_configs)  # reject bad configs before any call
+            created.append(self._call(self._controller.create_topic.remote(
+                t.name, t.num_partitions, t.replication_factor, dict(t.topic_configs))))
+            self._cluster.metadata.invalidate(t.name)
+        return created
+
+    def create_topic(self, name: str, num_partitions: int = 1, replication_factor: int = 1,
+                     **topic_configs) -> TopicDescription:
+        """Shorthand for one topic: create_topic('events', 3, retention_ms=60000)."""
+        return self.create_topics([NewTopic(name, num_partitions, replication_factor, topic_configs)])[0]
+
+    def delete_topics(self, names: Iterable[str]) -> None:
+        for name in names:
+            validate_topic_name(name)
+            self._call(self._controller.delete_topic.remote(name))
+            self._cluster.metadata.invalidate(name)
+
+    def list_topics(self) -> list[str]:
+        return self._call(self._controller.list_topics.remote())
+
+    def describe_topics(self, names: Iterable[str] | None = None) -> list[TopicDescription]:
+        names = self.list_topics() if names is None else [validate_topic_name(n) for n in names]
+        return [self._call(self._controller.describe_topic.remote(n)) for n in names]
+
+    def create_partitions(self, new_totals: Mapping[str, int]) -> None:
+        """Grow each topic to the given partition count (partitions are never removed)."""
+        for name, total in new_totals.items():
+            self._call(self._controller.create_partitions.remote(validate_topic_name(name), total))
+            self._cluster.metadata.invalidate(name)
+
+    def describe_partitions(self, topic: str) -> list[dict]:
+        """Per partition: node, directory, offsets, size and log counters, read from its replica."""
+        md = self._cluster.metadata
+        return self._call([md.leader(topic, p).describe.remote() for p in range(md.partition_count(topic))])
+
+    def list_offsets(self, requests: Mapping[TopicPartition, int]) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """Per partition, the offset for a timestamp in ms, EARLIEST_TIMESTAMP (-2) or LATEST_TIMESTAMP (-1)."""
+        md = self._cluster.metadata
+        tps = list(requests)
+        for tp in tps:
+            if not isinstance(requests[tp], int) or requests[tp] < EARLIEST_TIMESTAMP:
+                raise InvalidConfigError(f"list_offsets timestamp for {tp} must be >= -2, got {requests[tp]!r}")
+        results = self._call([md.leader(tp.topic, tp.partition).list_offsets.remote(requests[tp]) for tp in tps])
+        return {tp: (None if off < 0 else OffsetAndTimestamp(off, ts)) for tp, (off, ts) in zip(tps, results)}
+
+    def beginning_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: r.offset for tp, r in self.list_offsets({tp: EARLIEST_TIMESTAMP for tp in tps}).items()}
+
+    def end_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: r.offset for tp, r in self.list_offsets({tp: LATEST_TIMESTAMP for tp in tps}).items()}
+
+    def delete_records(self, before: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Move each partition's log start offset up to the given offset; returns the new start offsets."""
+        md = self._cluster.metadata
+        tps = list(before)
+        starts = self._call([md.leader(tp.topic, tp.partition).delete_records.remote(before[tp]) for tp in tps])
+        return dict(zip(tps, starts))
+
+    def close(self) -> None:
+        """Nothing to release: the admin client holds only handles."""

@@ -1,0 +1,89 @@
+"""raylog.connect(): attach to (or start) Ray and find (or start) raylog's controller."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict
+
+import ray
+
+from raylog import ray_calls
+from raylog.config import ClusterConfig
+from raylog.errors import ControllerNotAvailableError
+from raylog.metadata import Metadata
+from raylog.naming import CONTROLLER_ACTOR_NAME
+
+
+class Cluster:
+    """A connection to raylog on a Ray cluster: hands out producers, consumers and the admin client."""
+
+    def __init__(self, controller, config: ClusterConfig):
+        self.controller = controller
+        self.config = config
+        self.metadata = Metadata(controller, config.request_timeout_ms / 1000)
+
+    def producer(self, **configs):
+        """A Producer with ProducerConfig settings (kafka-python names)."""
+        from raylog.producer import Producer
+
+        return Producer(cluster=self, **configs)
+
+    def consumer(self, *topics: str, **configs):
+        """A Consumer with ConsumerConfig settings; topics given here are assigned whole."""
+        from raylog.consumer import Consumer
+
+        return Consumer(*topics, cluster=self, **configs)
+
+    def admin(self):
+        from raylog.admin import AdminClient
+
+        return AdminClient(cluster=self)
+
+
+_default: Cluster | None = None
+
+
+def connect(address: str | None = None, *, namespace: str = "raylog", data_root: str | None = None,
+            request_timeout_ms: int = 30_000, **ray_init_kwargs) -> Cluster:
+    """Attach to the Ray cluster at ``address`` (start a local one if None and none is running),
+    then to raylog's controller, starting it on this node if none runs yet.
+
+    A local Ray started here listens on loopback only. ``data_root`` applies when this call starts
+    the controller; a running controller keeps the root it was started with.
+    """
+    global _default
+    if not ray.is_initialized():
+        # With this set, every listener of a local Ray binds 127.0.0.1 (DESIGN.md, checked with ss).
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        ray_init_kwargs.setdefault("include_dashboard", False)
+        ray_init_kwargs.setdefault("log_to_driver", True)
+        ray.init(address=address, namespace=namespace, **ray_init_kwargs)
+    config = ClusterConfig(namespace=namespace, request_timeout_ms=request_timeout_ms,
+                           **({"data_root": data_root} if data_root else {}))
+    controller = _controller(config)
+    try:
+        running = ray_calls.get(controller.cluster_config.remote(), request_timeout_ms / 1000)
+    except Exception as exc:
+        raise ControllerNotAvailableError(f"raylog controller did not answer: {exc}") from exc
+    _default = Cluster(controller, ClusterConfig(**running))
+    return _default
+
+
+def _controller(config: ClusterConfig):
+    try:
+        return ray.get_actor(CONTROLLER_ACTOR_NAME, namespace=config.namespace)
+    except ValueError:
+        pass
+    from actors.controller import Controller  # the one place a client starts an actor: bootstrap
+    from placement.nodes import pinned
+
+    return ray.remote(Controller).options(
+        name=CONTROLLER_ACTOR_NAME, namespace=config.namespace, lifetime="detached", get_if_exists=True,
+        num_cpus=0, max_restarts=-1, max_task_retries=-1,
+        scheduling_strategy=pinned(ray.get_runtime_context().get_node_id()),
+    ).remote(asdict(config))
+
+
+def default_cluster() -> Cluster:
+    """The Cluster of the last connect() in this process, connecting with defaults if there is none."""
+    return _default if _default is not None and ray.is_initialized() else connect()

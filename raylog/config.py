@@ -1,0 +1,221 @@
+"""Typed, frozen configuration for topics and clients.
+
+Names are Kafka's (topic configs and kafka-python's client configs) in
+snake_case; defaults are Kafka's unless a comment says why raylog differs. Each
+config validates itself at construction and raises InvalidConfigError, so a bad
+value never reaches a log or a Ray call. Configs are passed whole; lower layers
+only read them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Mapping, TypeVar
+
+from raylog.errors import InvalidConfigError
+
+NEVER = 2**63 - 1
+"""Kafka's 'no limit' for flush_messages / flush_ms (Long.MAX_VALUE)."""
+
+C = TypeVar("C")
+
+
+def _check(cond: bool, message: str) -> None:
+    if not cond:
+        raise InvalidConfigError(message)
+
+
+def _check_int(obj: Any, name: str, minimum: int) -> None:
+    value = getattr(obj, name)
+    _check(
+        isinstance(value, int) and not isinstance(value, bool) and value >= minimum,
+        f"{name} must be an int >= {minimum}, got {value!r}",
+    )
+
+
+def config_from_mapping(cls: type[C], values: Mapping[str, Any] | None = None, **kwargs: Any) -> C:
+    """Build ``cls`` from Kafka-style keys ('segment.bytes' or 'segment_bytes'); unknown keys raise."""
+    merged: dict[str, Any] = {}
+    for key, value in {**(values or {}), **kwargs}.items():
+        merged[str(key).replace(".", "_")] = value
+    known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(merged) - known)
+    if unknown:
+        raise InvalidConfigError(f"unknown {cls.__name__} keys: {', '.join(unknown)}")
+    return cls(**merged)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    """Per-topic log settings (Kafka's topic-level configs)."""
+
+    cleanup_policy: str = "delete"
+    """'delete' (retention removes old segments) or 'compact' (keep the last record per key)."""
+    segment_bytes: int = 1 << 30
+    """Roll to a new segment when the active one would pass this size. Kafka: 1 GiB."""
+    segment_ms: int = 7 * 24 * 3600 * 1000
+    """Roll when the active segment's first batch is older than this. Kafka: 7 days."""
+    segment_index_bytes: int = 10 * 1024 * 1024
+    """Size bound of each offset/time index file; a full index rolls the segment. Kafka: 10 MiB."""
+    index_interval_bytes: int = 4096
+    """Bytes of log between two offset-index entries (sparse index). Kafka: 4096."""
+    retention_ms: int = 7 * 24 * 3600 * 1000
+    """Delete segments whose newest record is older than this; -1 keeps them. Kafka: 7 days."""
+    retention_bytes: int = -1
+    """Delete the oldest segments while the log is larger than this; -1 = no bound. Kafka: -1."""
+    max_message_bytes: int = 8 * 1024 * 1024
+    """Largest record batch the log accepts. Kafka: 1 MiB; raylog batches harder (one Ray
+    call costs ~1 ms, DESIGN.md), so producers send multi-MB batches."""
+    flush_messages: int = NEVER
+    """msync/fsync after this many records; default never: durability comes from replication."""
+    flush_ms: int = NEVER
+    """msync/fsync when the last flush is older than this. Kafka: never."""
+    message_timestamp_type: str = "CreateTime"
+    """'CreateTime' keeps the producer's timestamps; 'LogAppendTime' stamps the broker's clock."""
+    delete_retention_ms: int = 24 * 3600 * 1000
+    """How long compaction keeps tombstones (null values). Kafka: 1 day."""
+    min_insync_replicas: int = 1
+    """Replicas that must have a record before an acks='all' produce succeeds. Kafka: 1."""
+
+    def __post_init__(self) -> None:
+        _check(self.cleanup_policy in ("delete", "compact"),
+               f"cleanup_policy must be 'delete' or 'compact', got {self.cleanup_policy!r}")
+        _check(self.message_timestamp_type in ("CreateTime", "LogAppendTime"),
+               f"message_timestamp_type must be CreateTime or LogAppendTime, got {self.message_timestamp_type!r}")
+        _check_int(self, "segment_bytes", 128)
+        _check_int(self, "segment_ms", 1)
+        _check_int(self, "segment_index_bytes", 64)
+        _check_int(self, "index_interval_bytes", 0)
+        _check_int(self, "retention_ms", -1)
+        _check_int(self, "retention_bytes", -1)
+        _check_int(self, "max_message_bytes", 64)
+        _check_int(self, "flush_messages", 1)
+        _check_int(self, "flush_ms", 0)
+        _check_int(self, "delete_retention_ms", 0)
+        _check_int(self, "min_insync_replicas", 1)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any] | None = None, **kwargs: Any) -> "TopicConfig":
+        """Build from Kafka-style keys, e.g. {'retention.ms': 1000}; unknown keys raise."""
+        return config_from_mapping(cls, values, **kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    """Where raylog keeps its actors and data on a Ray cluster (raylog.connect)."""
+
+    namespace: str = "raylog"
+    """Ray namespace of every raylog actor, so any driver finds them by name."""
+    data_root: str = "~/.raylog/data"
+    """Root under which each node gets ``node-<node id>/`` for its partitions; the
+    controller's metadata log lives under ``controller/`` on the node it runs on."""
+    replica_max_restarts: int = -1
+    """How often Ray restarts a crashed replica on its node (-1 = forever)."""
+    request_timeout_ms: int = 30_000
+    """Bound on any single admin or metadata call."""
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.namespace, str) and bool(self.namespace), "namespace must be a non-empty string")
+        _check(isinstance(self.data_root, str) and bool(self.data_root), "data_root must be a non-empty string")
+        _check_int(self, "replica_max_restarts", -1)
+        _check_int(self, "request_timeout_ms", 1)
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerConfig:
+    """kafka-python's KafkaProducer settings that raylog implements."""
+
+    acks: int | str = 1
+    """0: don't wait for the replica; 1: wait for the leader's append; 'all' (= -1): wait for the ISR."""
+    batch_size: int = 1024 * 1024
+    """Bytes of records per partition batch. Kafka: 16 KiB; raylog: 1 MiB, because a Ray call
+    costs ~1 ms (DESIGN.md) and only big batches amortise it."""
+    linger_ms: int = 5
+    """Wait up to this long for a batch to fill. Kafka: 0 (raylog's batches are bigger; 5 ms
+    keeps per-record send() batching well while bounding latency)."""
+    compression_type: str | None = "lz4"
+    """'lz4' or 'none'. Kafka: none; raylog compresses by default as the brief asks."""
+    max_in_flight_requests_per_connection: int = 5
+    """Unacknowledged batches per partition; order is kept by producer sequence numbers."""
+    max_request_size: int = 8 * 1024 * 1024
+    """Largest record (and batch) the producer sends; matches TopicConfig.max_message_bytes."""
+    buffer_memory: int = 64 * 1024 * 1024
+    """Bytes of unsent records before send() blocks (up to max_block_ms)."""
+    max_block_ms: int = 60_000
+    """How long send() may block on a full buffer or missing metadata."""
+    request_timeout_ms: int = 30_000
+    """How long to wait for a produce response before failing the batch."""
+    retries: int = 2**31 - 1
+    """Retries of a batch after a retriable error (same sequence: the replica drops duplicates);
+    delivery_timeout_ms bounds them in time. Kafka's default."""
+    retry_backoff_ms: int = 100
+    """First wait before a retry; doubles per attempt up to retry_backoff_max_ms."""
+    retry_backoff_max_ms: int = 1000
+    delivery_timeout_ms: int = 120_000
+    """Give up on a batch this long after it was created, whatever the retries left. Kafka: 2 min."""
+    enable_idempotence: bool = True
+    """Stamp producer id and sequences so retries never duplicate and in-flight batches stay ordered."""
+    key_serializer: object = None
+    """Callable turning a key into bytes; None means keys are bytes (or str, encoded UTF-8)."""
+    value_serializer: object = None
+    """Callable turning a value into bytes; None means values are bytes (or str, encoded UTF-8)."""
+
+    def __post_init__(self) -> None:
+        _check(self.acks in (0, 1, -1, "all", "0", "1"), f"acks must be 0, 1 or 'all', got {self.acks!r}")
+        _check(self.compression_type in (None, "none", "lz4"),
+               f"compression_type must be 'lz4' or 'none', got {self.compression_type!r}")
+        _check_int(self, "batch_size", 1)
+        _check_int(self, "linger_ms", 0)
+        _check_int(self, "max_in_flight_requests_per_connection", 1)
+        _check_int(self, "max_request_size", 64)
+        _check_int(self, "buffer_memory", 1024)
+        _check_int(self, "max_block_ms", 0)
+        _check_int(self, "request_timeout_ms", 1)
+        _check_int(self, "retries", 0)
+        _check_int(self, "retry_backoff_ms", 0)
+        _check_int(self, "retry_backoff_max_ms", 0)
+        _check_int(self, "delivery_timeout_ms", 1)
+        for name in ("key_serializer", "value_serializer"):
+            _check(getattr(self, name) is None or callable(getattr(self, name)), f"{name} must be callable")
+
+    @property
+    def required_acks(self) -> int:
+        return -1 if self.acks in ("all", -1) else int(self.acks)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerConfig:
+    """kafka-python's KafkaConsumer settings that raylog implements (manual assignment)."""
+
+    auto_offset_reset: str = "latest"
+    """Where to start without a position or after OffsetOutOfRange: 'earliest', 'latest' or 'none' (raise)."""
+    fetch_min_bytes: int = 1
+    """The replica holds a fetch until this many bytes are available (or fetch_max_wait_ms passes)."""
+    fetch_max_wait_ms: int = 500
+    """Longest a replica holds a fetch waiting for fetch_min_bytes."""
+    max_partition_fetch_bytes: int = 8 * 1024 * 1024
+    """Bytes per partition per fetch (at least one batch is returned). Kafka: 1 MiB; raylog
+    fetches MBs per call because each call costs ~1 ms."""
+    max_poll_records: int = 500_000
+    """Most records one poll() returns. Kafka: 500; raylog polls batch views of many records."""
+    request_timeout_ms: int = 30_000
+    """How long to wait for a fetch response beyond fetch_max_wait_ms."""
+    key_deserializer: object = None
+    value_deserializer: object = None
+    check_crcs: bool = True
+    """Verify each fetched batch's CRC32C before decoding it."""
+
+    def __post_init__(self) -> None:
+        _check(self.auto_offset_reset in ("earliest", "latest", "none"),
+               f"auto_offset_reset must be 'earliest', 'latest' or 'none', got {self.auto_offset_reset!r}")
+        _check_int(self, "fetch_min_bytes", 0)
+        _check_int(self, "fetch_max_wait_ms", 0)
+        _check_int(self, "max_partition_fetch_bytes", 1)
+        _check_int(self, "max_poll_records", 1)
+        _check_int(self, "request_timeout_ms", 1)
+        for name in ("key_deserializer", "value_deserializer"):
+            _check(getattr(self, name) is None or callable(getattr(self, name)), f"{name} must be callable")

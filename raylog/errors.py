@@ -1,0 +1,123 @@
+"""raylog's one error tree.
+
+Every error the public API raises derives from :class:`RaylogError`, so users
+catch one class. ``retriable`` says whether the same request may succeed if
+sent again (after a metadata refresh, a leader change or a wait); client retry
+loops read that flag and nothing else. Errors carry only plain strings and
+numbers so they pickle across Ray calls unchanged.
+"""
+
+from __future__ import annotations
+
+
+class RaylogError(Exception):
+    """Root of every raylog error."""
+
+    retriable: bool = False
+
+
+# --- bad input: a request that can never succeed as sent ---------------------
+
+
+class InvalidConfigError(RaylogError):
+    """A config value is out of range, of the wrong type or unknown."""
+
+
+class InvalidTopicError(RaylogError):
+    """A topic name breaks Kafka's rule: [a-zA-Z0-9._-], 1..249 chars, not '.' or '..'."""
+
+
+class CorruptRecordError(RaylogError):
+    """Bytes that claim to be a record batch fail validation (length, magic or CRC)."""
+
+
+class UnsupportedCodecError(CorruptRecordError):
+    """A batch names a compression codec raylog does not implement."""
+
+
+class InvalidRecordError(RaylogError):
+    """A well-formed batch the log refuses, e.g. a null key on a compacted topic."""
+
+
+class RecordTooLargeError(RaylogError):
+    """A record or batch exceeds max_request_size / max_message_bytes."""
+
+
+class InvalidPartitionError(RaylogError):
+    """A partition number outside the topic's partitions."""
+
+
+class InvalidOffsetError(RaylogError):
+    """An offset that cannot be used for the request (negative, or not a batch boundary)."""
+
+
+class OffsetOutOfRangeError(RaylogError):
+    """A fetch offset below the log start offset or above the log end offset."""
+
+    def __init__(self, message: str, log_start_offset: int = -1, log_end_offset: int = -1):
+        super().__init__(message)
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+
+    def __reduce__(self):
+        return (type(self), (self.args[0], self.log_start_offset, self.log_end_offset))
+
+
+class NoOffsetForPartitionError(RaylogError):
+    """The consumer has no position for a partition and auto_offset_reset is 'none'."""
+
+
+class TopicAlreadyExistsError(RaylogError):
+    """create_topics named a topic that exists."""
+
+
+class InvalidReplicationFactorError(RaylogError):
+    """More replicas asked for than there are live nodes to hold them apart."""
+
+
+class OutOfOrderSequenceError(RaylogError):
+    """A producer batch's sequence number skips ahead and the gap did not fill in time."""
+
+
+class IllegalStateError(RaylogError):
+    """The call is not allowed in the object's current state (closed producer, unassigned partition)."""
+
+
+# --- the cluster: may succeed when retried ------------------------------------
+
+
+class UnknownTopicOrPartitionError(RaylogError):
+    """The topic or partition does not exist (yet, or any more)."""
+
+    retriable = True
+
+
+class NotLeaderForPartitionError(RaylogError):
+    """The replica asked is not the partition's leader; refresh metadata and retry."""
+
+    retriable = True
+
+
+class ReplicaNotAvailableError(RaylogError):
+    """The replica's actor is dead or restarting."""
+
+    retriable = True
+
+
+class KafkaTimeoutError(RaylogError):
+    """A request did not complete within its time limit."""
+
+    retriable = True
+
+
+RequestTimedOutError = KafkaTimeoutError
+
+
+class LogDirError(RaylogError):
+    """The partition's directory cannot be opened, written or recovered."""
+
+
+class ControllerNotAvailableError(RaylogError):
+    """No controller actor could be reached or started."""
+
+    retriable = True

@@ -1,0 +1,182 @@
+"""Fetcher: keeps one fetch in flight per assigned partition and buffers what comes back.
+
+Each partition has a *position* (the next offset poll() returns) and a
+*fetch offset* (where the next fetch starts, ahead of the position while
+fetched data waits in the buffer). A fetch is a long poll at the leader
+replica (fetch_min_bytes / fetch_max_wait_ms) that returns whole batches as
+one numpy buffer; on the leader's node that buffer is read straight from
+Ray's shared memory. Decoding happens in poll(), column by column.
+
+A seek bumps the partition's generation, so a response to a fetch sent
+before the seek is dropped instead of delivered. Not thread-safe, like
+kafka-python's consumer: one thread polls.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import ray
+
+from raylog import column_batch, ray_calls
+from raylog.column_batch import ColumnBatch
+from raylog.config import ConsumerConfig
+from raylog.errors import NoOffsetForPartitionError, OffsetOutOfRangeError
+from raylog.metadata import Metadata
+from raylog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from raylog.records import TopicPartition
+
+RETRY_BACKOFF_S = 0.1
+"""Wait before fetching again from a partition whose replica was unreachable."""
+
+
+@dataclass(slots=True)
+class PartitionState:
+    position: int | None = None
+    fetch_offset: int | None = None
+    generation: int = 0
+    paused: bool = False
+    in_flight: object = None
+    retry_at: float = 0.0
+    high_watermark: int = -1
+    buffered: deque = field(default_factory=deque)
+    error: BaseException | None = None
+
+
+class Fetcher:
+    def __init__(self, config: ConsumerConfig, metadata: Metadata):
+        self.config = config
+        self.metadata = metadata
+        self.states: dict[TopicPartition, PartitionState] = {}
+        self._refs: dict = {}
+        self._timeout_s = config.request_timeout_ms / 1000
+        self._rotation = 0
+
+    # --- positions -------------------------------------------------------------------------
+
+    def list_offset(self, tp: TopicPartition, timestamp: int) -> tuple[int, int]:
+        leader = self.metadata.leader(tp.topic, tp.partition)
+        return ray_calls.get(leader.list_offsets.remote(timestamp), self._timeout_s)
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        st = self.states[tp]
+        st.position = st.fetch_offset = offset
+        st.generation += 1
+        st.buffered.clear()
+        st.error = None
+        if st.in_flight is not None:
+            self._refs.pop(st.in_flight, None)
+            st.in_flight = None
+
+    def reset(self, tp: TopicPartition, strategy: str) -> None:
+        if strategy == "none":
+            raise NoOffsetForPartitionError(f"{tp.topic}-{tp.partition} has no position and auto_offset_reset is 'none'")
+        ts = EARLIEST_TIMESTAMP if strategy == "earliest" else LATEST_TIMESTAMP
+        self.seek(tp, self.list_offset(tp, ts)[0])
+
+    def resolve_positions(self) -> None:
+        for tp, st in self.states.items():
+            if st.position is None:
+                self.reset(tp, self.config.auto_offset_reset)
+
+    # --- fetching ----------------------------------------------------------------------------
+
+    def send_fetches(self) -> None:
+        now = time.monotonic()
+        for tp, st in self.states.items():
+            if (st.paused or st.in_flight is not None or st.position is None or st.error is not None
+                    or len(st.buffered) >= 2 or st.retry_at > now):
+                continue
+            try:
+                leader = self.metadata.leader(tp.topic, tp.partition)
+            except Exception as exc:  # noqa: BLE001 - surfaced on the next poll
+                st.error = exc
+                continue
+            ref = leader.fetch.remote(st.fetch_offset, self.config.max_partition_fetch_bytes,
+                                      self.config.fetch_max_wait_ms, self.config.fetch_min_bytes)
+            st.in_flight = ref
+            self._refs[ref] = (tp, st.generation, st.fetch_offset)
+
+    def wait(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for at least one fetch to complete, then take every completed one."""
+        if not self._refs:
+            if timeout_s > 0:
+                time.sleep(min(timeout_s, RETRY_BACKOFF_S))
+            return
+        refs = list(self._refs)
+        ready, _ = ray.wait(refs, num_returns=1, timeout=max(0.0, timeout_s))
+        if ready and len(refs) > 1:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        for ref in ready:
+            self._complete(ref)
+
+    def _complete(self, ref) -> None:
+        tp, generation, offset = self._refs.pop(ref)
+        st = self.states.get(tp)
+        if st is None or st.generation != generation:
+            return
+        st.in_flight = None
+        try:
+            response = ray_calls.get(ref)
+        except OffsetOutOfRangeError as exc:
+            if self.config.auto_offset_reset == "none":
+                st.error = exc
+            else:
+                self.reset(tp, self.config.auto_offset_reset)
+            return
+        except Exception as exc:  # noqa: BLE001
+            err = ray_calls.translate(exc)
+            if getattr(err, "retriable", False):
+                self.metadata.invalidate(tp.topic)
+                st.retry_at = time.monotonic() + RETRY_BACKOFF_S
+            else:
+                st.error = err
+            return
+        st.high_watermark = response.high_watermark
+        if len(response.records) == 0:
+            return
+        chunk = column_batch.decode(tp.topic, tp.partition, response.records, offset, self.config.check_crcs)
+        st.fetch_offset = chunk.next_offset
+        if len(chunk):
+            st.buffered.append(chunk)
+        elif st.position == offset and not st.buffered:
+            st.position = chunk.next_offset
+
+    # --- handing records out -----------------------------------------------------------------
+
+    def take(self, max_records: int) -> list[ColumnBatch]:
+        """Buffered chunks, at most ``max_records`` records; advances positions. Raises a
+        partition's stored error (e.g. OffsetOutOfRange with auto_offset_reset='none')."""
+        out: list[ColumnBatch] = []
+        left = max_records
+        order = list(self.states.items())
+        if order:
+            # Start one partition later each time, so a busy partition cannot starve the rest.
+            self._rotation = (self._rotation + 1) % len(order)
+            order = order[self._rotation:] + order[:self._rotation]
+        for tp, st in order:
+            if st.error is not None:
+                err, st.error = st.error, None
+                raise err
+            while st.buffered and left > 0 and not st.paused:
+                chunk = st.buffered[0]
+                if len(chunk) <= left:
+                    st.buffered.popleft()
+                else:
+                    st.buffered[0] = chunk.slice(left, len(chunk))
+                    chunk = chunk.slice(0, left)
+                out.append(chunk)
+                left -= len(chunk)
+                st.position = chunk.next_offset
+        return out
+
+    def drop(self, tp: TopicPartition) -> None:
+        st = self.states.pop(tp, None)
+        if st is not None and st.in_flight is not None:
+            self._refs.pop(st.in_flight, None)
+
+    def close(self) -> None:
+        self._refs.clear()
+        self.states.clear()

@@ -1,0 +1,36 @@
+"""Names raylog gives to topics and to its actors, and the rule a topic name must follow."""
+
+from __future__ import annotations
+
+import re
+
+from raylog.errors import InvalidTopicError
+
+MAX_TOPIC_NAME_LENGTH = 249
+"""Kafka's bound: a partition directory is '<topic>-<partition>', which must fit a 255-byte file name."""
+_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
+
+CONTROLLER_ACTOR_NAME = "raylog-controller"
+
+
+def validate_topic_name(name: object) -> str:
+    """Return ``name`` if it is a legal Kafka topic name, else raise InvalidTopicError."""
+    if not isinstance(name, str):
+        raise InvalidTopicError(f"topic name must be a string, got {type(name).__name__}")
+    if not name:
+        raise InvalidTopicError("topic name is empty")
+    if name in (".", ".."):
+        raise InvalidTopicError(f"topic name cannot be {name!r}")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise InvalidTopicError(f"topic name is {len(name)} chars; the limit is {MAX_TOPIC_NAME_LENGTH}")
+    if not _LEGAL.fullmatch(name):
+        raise InvalidTopicError(f"topic name {name!r} has characters outside [a-zA-Z0-9._-]")
+    return name
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    return f"{validate_topic_name(topic)}-{partition}"
+
+
+def replica_actor_name(topic: str, partition: int, replica_id: int) -> str:
+    return f"raylog-replica/{topic}/{partition}/{replica_id}"

@@ -1,0 +1,61 @@
+"""Requests and responses that cross Ray calls between clients and actors (no Ray here).
+
+Kept to plain frozen dataclasses of ints, strings and buffers so they pickle
+cheaply and stay stable as both sides evolve.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+EARLIEST_TIMESTAMP = -2
+"""list_offsets sentinel: the log start offset (Kafka's ListOffsetsRequest.EARLIEST_TIMESTAMP)."""
+LATEST_TIMESTAMP = -1
+"""list_offsets sentinel: the high watermark (Kafka's ListOffsetsRequest.LATEST_TIMESTAMP)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceResponse:
+    base_offset: int
+    last_offset: int
+    log_append_time_ms: int
+    log_start_offset: int
+    duplicate: bool = False
+    """True when the batch's producer id and sequence were already appended (a retry)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResponse:
+    records: Any
+    """Whole batches as one contiguous numpy uint8 array (from Ray's shared memory when large)."""
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaAssignment:
+    """One replica of a partition: the node it is pinned to and its directory there."""
+
+    node_id: str
+    directory: str
+    replica_id: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    topic: str
+    partition: int
+    leader: ReplicaAssignment
+    replicas: tuple[ReplicaAssignment, ...]
+    leader_epoch: int
+    actor_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDescription:
+    name: str
+    partitions: tuple[PartitionInfo, ...]
+    config: dict = field(default_factory=dict)
+    internal: bool = False

@@ -1,0 +1,98 @@
+"""Every file name raylog keeps in a partition directory, and the checkpoint file format.
+
+A partition directory holds, per segment, three files named by the segment's
+base offset as 20 zero-padded digits (so a directory listing sorts by offset):
+
+    00000000000000000000.log         the record batches
+    00000000000000000000.index       sparse offset index
+    00000000000000000000.timeindex   sparse time index
+
+Files in transition carry a suffix after that: ``.deleted`` (retention removed
+the segment; unlinked right after the rename), ``.cleaned`` (compaction is
+writing a replacement), ``.swap`` (the replacement is complete and about to
+take the old file's place). Recovery finishes or undoes each of them.
+
+Checkpoints are small text files written atomically (temp file, fsync, rename):
+a first line ``raylog-checkpoint <version>`` and the value on the second.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+DELETED_SUFFIX = ".deleted"
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+TMP_SUFFIX = ".tmp"
+
+CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
+"""Present only between a clean close and the next open: its absence means recover."""
+LOG_START_OFFSET_FILE = "log-start-offset-checkpoint"
+"""The log start offset, which can sit above the first segment's base (delete_records)."""
+
+CHECKPOINT_VERSION = 1
+OFFSET_DIGITS = 20
+
+
+def filename_prefix(offset: int) -> str:
+    return f"{offset:0{OFFSET_DIGITS}d}"
+
+
+def log_path(directory: Path, base_offset: int) -> Path:
+    return directory / (filename_prefix(base_offset) + LOG_SUFFIX)
+
+
+def index_path(directory: Path, base_offset: int) -> Path:
+    return directory / (filename_prefix(base_offset) + INDEX_SUFFIX)
+
+
+def time_index_path(directory: Path, base_offset: int) -> Path:
+    return directory / (filename_prefix(base_offset) + TIME_INDEX_SUFFIX)
+
+
+def segment_paths(directory: Path, base_offset: int) -> tuple[Path, Path, Path]:
+    return (log_path(directory, base_offset), index_path(directory, base_offset),
+            time_index_path(directory, base_offset))
+
+
+def base_offset_of(path: Path) -> int | None:
+    """The base offset a segment file name encodes, or None for any other file."""
+    stem = path.name.split(".", 1)[0]
+    if len(stem) == OFFSET_DIGITS and stem.isdigit():
+        return int(stem)
+    return None
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_checkpoint(path: Path, value: int) -> None:
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    with open(tmp, "w") as f:
+        f.write(f"raylog-checkpoint {CHECKPOINT_VERSION}\n{value}\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_checkpoint(path: Path) -> int | None:
+    """The checkpointed value, or None if the file is missing or not a checkpoint."""
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return None
+    if len(lines) != 2 or lines[0] != f"raylog-checkpoint {CHECKPOINT_VERSION}":
+        return None
+    try:
+        return int(lines[1])
+    except ValueError:
+        return None

@@ -1,0 +1,379 @@
+"""PartitionLog: a partition's ordered segments, their offsets and their lifecycle.
+
+Offsets (Kafka's nouns): ``log_start_offset`` is the first offset a reader may
+ask for; ``log_end_offset`` is the offset the next appended record gets
+(exclusive end). Both are logical offsets, never byte positions.
+
+Who moves log_start_offset: retention (delete_old_segments), delete_records
+(an explicit request, and later replication's follower catch-up), and
+truncate_fully_and_start_at. It only grows, except when truncation removes
+the records it pointed into. It is checkpointed before any file is deleted,
+so a crash between the two is finished by the next open.
+
+Who moves log_end_offset: append (the leader assigns offsets), append_as_follower
+(offsets come with the batches), truncate_to (replication's divergence repair).
+
+The replica's state above this (high watermark, ISR, leader epochs) lives in
+actors/, not here. Not thread-safe: one owner serialises every call, which in
+raylog is the partition's replica actor running on one event loop.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from raylog.config import TopicConfig
+from raylog.errors import (
+    CorruptRecordError, InvalidOffsetError, InvalidRecordError, LogDirError, OffsetOutOfRangeError,
+)
+from raylog.storage import files, recovery
+from raylog.storage.batch import BatchInfo, RecordBatch
+from raylog.storage.segment import Segment
+from raylog.storage.stats import LogStats
+
+Clock = Callable[[], int]
+
+MAX_RELATIVE_OFFSET = 2**32 - 1
+"""Index entries hold offsets relative to the segment base as u32: roll before overflowing."""
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    """Where an append landed: offsets of its first and last record, and the broker's timestamp."""
+
+    base_offset: int
+    last_offset: int
+    record_count: int
+    size: int
+    log_append_time_ms: int = -1
+    """The broker's clock when the topic uses LogAppendTime, else -1 (as Kafka reports it)."""
+
+
+class PartitionLog:
+    """One partition's log in ``directory``; opening it recovers whatever a crash left."""
+
+    def __init__(self, directory: str | Path, config: TopicConfig | None = None, clock: Clock = wall_clock_ms):
+        self.directory = Path(directory)
+        self.config = config or TopicConfig()
+        self._now = clock
+        self.stats = LogStats()
+        try:
+            loaded = recovery.load(self.directory, self.config)
+        except OSError as exc:
+            raise LogDirError(f"cannot open partition log in {self.directory}: {exc}") from exc
+        self.segments: list[Segment] = loaded.segments
+        self._bases = [s.base_offset for s in self.segments]
+        self.log_start_offset = loaded.log_start_offset
+        self.recovered_cleanly = loaded.clean
+        self.stats.bytes_cut_by_recovery = loaded.bytes_cut
+        self._unflushed_messages = 0
+        self._last_flush_ms = clock()
+        self._closed = False
+        self._delete_segments_below_start()
+
+    # --- offsets and sizes -----------------------------------------------------------
+
+    @property
+    def active(self) -> Segment:
+        return self.segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.active.next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    # --- appending -------------------------------------------------------------------
+
+    def append(self, buf: bytes | bytearray | memoryview, leader_epoch: int = 0) -> AppendInfo:
+        """Validate ``buf`` (one or more whole batches), assign offsets from the log end, write it.
+
+        Raises CorruptRecordError, UnsupportedCodecError, RecordTooLargeError or
+        InvalidRecordError; on any of them nothing is written.
+        """
+        infos = self._validate(buf)
+        next_offset = self.log_end_offset
+        stamped = []
+        for info in infos:
+            delta = info.last_offset - info.base_offset
+            stamped.append(BatchInfo(info.position, info.size, next_offset, next_offset + delta,
+                                     info.max_timestamp, info.record_count))
+            next_offset += delta + 1
+        append_time = -1
+        if self.config.message_timestamp_type == "LogAppendTime":
+            append_time = self._now()
+            buf = bytearray(buf)
+            for info in infos:
+                RecordBatch(buf, info.position).set_log_append_time(append_time)
+            stamped = [BatchInfo(i.position, i.size, i.base_offset, i.last_offset, append_time, i.record_count)
+                       for i in stamped]
+        return self._write(buf, stamped, leader_epoch, append_time)
+
+    def append_as_follower(self, buf: bytes | bytearray | memoryview) -> AppendInfo:
+        """Append batches that already carry offsets and epochs (a replica copying its leader)."""
+        infos = self._validate(buf, check_payload=False)
+        expected = self.log_end_offset
+        for info in infos:
+            if info.base_offset < expected:
+                raise InvalidOffsetError(
+                    f"follower batch at offset {info.base_offset} is below the log end offset {expected}")
+            expected = info.last_offset + 1
+        if infos[0].base_offset > self.log_end_offset and self.active.is_empty and len(self.segments) == 1:
+            self.truncate_fully_and_start_at(infos[0].base_offset)
+        return self._write(buf, infos, None, -1)
+
+    def _validate(self, buf, check_payload: bool = True) -> list[BatchInfo]:
+        infos = []
+        pos = 0
+        if len(buf) == 0:
+            raise CorruptRecordError("empty buffer holds no record batch")
+        compacted = self.config.cleanup_policy == "compact"
+        while pos < len(buf):
+            batch = RecordBatch(buf, pos)
+            batch.validate(self.config.max_message_bytes, check_payload=check_payload and not compacted)
+            if compacted and None in batch.columns().keys:
+                raise InvalidRecordError("compacted topics require a key on every record")
+            infos.append(batch.info())
+            pos += batch.size
+        return infos
+
+    def _write(self, buf, infos: list[BatchInfo], leader_epoch: int | None, append_time: int) -> AppendInfo:
+        first, last = infos[0], infos[-1]
+        self._maybe_roll(len(buf), last.last_offset, max(i.max_timestamp for i in infos))
+        self.active.append(buf, infos, leader_epoch)
+        count = sum(i.record_count for i in infos)
+        self.stats.batches_appended += len(infos)
+        self.stats.records_appended += count
+        self.stats.bytes_appended += len(buf)
+        self._unflushed_messages += count
+        self.maybe_flush()
+        return AppendInfo(first.base_offset, last.last_offset, count, len(buf), append_time)
+
+    def _maybe_roll(self, nbytes: int, last_offset: int, max_timestamp: int) -> None:
+        seg = self.active
+        if seg.is_empty:
+            return
+        # segment_ms is measured in record time, as Kafka's timeWaitedForRoll does: the incoming
+        # batch's timestamp against the segment's first batch, so replaying old data rolls by
+        # the data's age, not by how fast it is replayed.
+        expired = seg.first_batch_timestamp is not None and \
+            max_timestamp - seg.first_batch_timestamp > self.config.segment_ms
+        if (not seg.fits(nbytes) or seg.index_full or expired
+                or last_offset - seg.base_offset > MAX_RELATIVE_OFFSET):
+            self.roll()
+
+    def roll(self) -> Segment:
+        """Close the active segment for appends and start one at the log end offset."""
+        old = self.active
+        if old.is_empty:
+            return old
+        old.deactivate()
+        seg = Segment(self.directory, self.log_end_offset, self.config)
+        seg.activate()
+        self.segments.append(seg)
+        self._bases.append(seg.base_offset)
+        self.stats.segments_rolled += 1
+        return seg
+
+    # --- reading ---------------------------------------------------------------------
+
+    def _check_offset(self, offset: int) -> None:
+        if offset < self.log_start_offset or offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside [{self.log_start_offset}, {self.log_end_offset}]",
+                self.log_start_offset, self.log_end_offset)
+
+    def _segment_slot(self, offset: int) -> int:
+        return max(0, bisect.bisect_right(self._bases, offset) - 1)
+
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
+        """Whole batches from the one holding ``offset``: one contiguous buffer of at most
+        ``max_bytes`` (or the first batch alone, if larger), ending before ``max_offset``.
+
+        Empty at the log end; OffsetOutOfRangeError outside [log_start_offset, log_end_offset].
+        The first batch may start before ``offset``: readers skip the records below it.
+        """
+        self._check_offset(offset)
+        if max_offset is not None and offset >= max_offset:
+            return b""
+        for seg in self.segments[self._segment_slot(offset):]:
+            data = seg.read(offset, max_bytes, max_offset)
+            if data:
+                self.stats.bytes_read += len(data)
+                return data
+            if max_offset is not None and seg.next_offset >= max_offset:
+                break
+        return b""
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at or after ``timestamp``; None if there is none."""
+        for seg in self.segments[self._segment_slot(self.log_start_offset):]:
+            if seg.max_timestamp < timestamp:
+                continue
+            found = seg.find_offset_by_timestamp(timestamp)
+            if found is not None and found[0] >= self.log_start_offset:
+                return found
+        return None
+
+    # --- retention, truncation -------------------------------------------------------
+
+    def delete_old_segments(self) -> int:
+        """Apply retention_ms and retention_bytes; returns how many segments were deleted."""
+        if self.config.cleanup_policy != "delete":
+            return 0
+        deleted = 0
+        if self.config.retention_ms >= 0:
+            horizon = self._now() - self.config.retention_ms
+            while self.segments[0].max_timestamp != -1 and self.segments[0].max_timestamp < horizon:
+                n = self._delete_oldest()
+                if n == 0:
+                    break
+                deleted += n
+        if self.config.retention_bytes >= 0:
+            while len(self.segments) > 1 and self.size_bytes - self.segments[0].size >= self.config.retention_bytes:
+                deleted += self._delete_oldest()
+        return deleted
+
+    def _delete_oldest(self) -> int:
+        if len(self.segments) == 1:
+            if self.active.is_empty:
+                return 0
+            self.roll()
+        self._set_log_start(max(self.log_start_offset, self.segments[1].base_offset))
+        return self._delete_segments_below_start()
+
+    def delete_records(self, offset: int) -> int:
+        """Move log_start_offset up to ``offset`` (Kafka's DeleteRecords); returns segments deleted."""
+        if offset > self.log_end_offset or offset < 0:
+            raise OffsetOutOfRangeError(
+                f"cannot delete records before {offset}: log end offset is {self.log_end_offset}",
+                self.log_start_offset, self.log_end_offset)
+        if offset <= self.log_start_offset:
+            return 0
+        self._set_log_start(offset)
+        if self.active.next_offset <= offset and not self.active.is_empty:
+            self.roll()
+        return self._delete_segments_below_start()
+
+    def _set_log_start(self, offset: int) -> None:
+        self.log_start_offset = offset
+        files.write_checkpoint(self.directory / files.LOG_START_OFFSET_FILE, offset)
+
+    def _delete_segments_below_start(self) -> int:
+        deleted = 0
+        while len(self.segments) > 1 and self.segments[0].next_offset <= self.log_start_offset:
+            self.segments.pop(0).delete()
+            self._bases.pop(0)
+            deleted += 1
+        self.stats.segments_deleted += deleted
+        return deleted
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every record at ``offset`` and above; returns the bytes cut.
+
+        Batches are atomic: the batch holding ``offset`` goes whole, so the log
+        end offset becomes that batch's base offset (replication truncates at
+        batch boundaries, where the two are equal).
+        """
+        if offset < 0:
+            raise InvalidOffsetError(f"cannot truncate to negative offset {offset}")
+        if offset >= self.log_end_offset:
+            return 0
+        if offset <= self.segments[0].base_offset:
+            before = self.size_bytes
+            self.truncate_fully_and_start_at(offset)
+            return before
+        cut = 0
+        while self.segments[-1].base_offset >= offset:
+            seg = self.segments.pop()
+            self._bases.pop()
+            cut += seg.size
+            seg.delete()
+        seg = self.segments[-1]
+        seg.activate()
+        cut += seg.truncate_to(offset)
+        if self.log_start_offset > self.log_end_offset:
+            self._set_log_start(self.log_end_offset)
+        self.stats.bytes_cut_by_truncation += cut
+        return cut
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and start an empty log at ``offset``."""
+        self._set_log_start(offset)
+        for seg in self.segments:
+            seg.delete()
+        seg = Segment(self.directory, offset, self.config)
+        seg.activate()
+        self.segments = [seg]
+        self._bases = [offset]
+
+    # --- compaction, flush, close ----------------------------------------------------
+
+    def compact(self) -> int:
+        """Keep only the last record per key in the inactive segments; returns bytes removed."""
+        from raylog.storage import cleaner
+
+        removed = cleaner.clean(self, self._now())
+        self.stats.compactions += 1
+        return removed
+
+    def replace_segment(self, old: Segment, new: Segment | None) -> None:
+        """Used by the cleaner: swap a rewritten segment (or nothing) into old's place."""
+        slot = self.segments.index(old)
+        if new is None:
+            self.segments.pop(slot)
+            self._bases.pop(slot)
+        else:
+            self.segments[slot] = new
+
+    def maybe_flush(self) -> None:
+        """Flush if flush_messages or flush_ms says so (called on append and periodically)."""
+        if (self._unflushed_messages >= self.config.flush_messages
+                or self._now() - self._last_flush_ms >= self.config.flush_ms):
+            self.flush()
+
+    def flush(self) -> None:
+        """msync the active segment and its indexes (older ones were flushed when rolled)."""
+        self.active.flush()
+        self._unflushed_messages = 0
+        self._last_flush_ms = self._now()
+        self.stats.flushes += 1
+
+    def close(self) -> None:
+        """Flush, trim every file to its data and leave the clean-shutdown marker."""
+        if self._closed:
+            return
+        self._closed = True
+        self.flush()
+        for seg in self.segments:
+            seg.close()
+        files.fsync_dir(self.directory)
+        (self.directory / files.CLEAN_SHUTDOWN_FILE).touch()
+
+    def close_unclean(self) -> None:
+        """Drop the handles without trimming or the marker: the next open recovers, as after a crash."""
+        if self._closed:
+            return
+        self._closed = True
+        for seg in self.segments:
+            seg.close_unclean()
+
+    def __enter__(self) -> "PartitionLog":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"PartitionLog({self.directory}, start={self.log_start_offset}, "
+                f"end={self.log_end_offset}, segments={len(self.segments)})")
