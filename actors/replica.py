@@ -46,12 +46,25 @@ class PartitionReplica:
         self.config = TopicConfig.from_mapping(config)
         self.log = PartitionLog(directory, self.config)
         self.state = ReplicaState(replica_id, leader_epoch, self.log.log_start_offset, self.log.log_end_offset)
-        self.producers = ProducerStateTable()
+        self.producers = self._rebuild_producer_state()
         self._appended: asyncio.Event | None = None
         self._sequence_moved: asyncio.Condition | None = None
         self._maintenance: asyncio.Task | None = None
         self._last_compaction = time.monotonic()
         self._deleted = False
+
+    def _rebuild_producer_state(self) -> ProducerStateTable:
+        """Replay producer ids and sequences from the active segment's batch headers, so a
+        producer retrying into a restarted replica is still deduplicated (Kafka keeps
+        snapshots for this; the active segment covers the last DEDUP_WINDOW batches of any
+        producer that wrote since the last roll)."""
+        table = ProducerStateTable()
+        for batch in self.log.active.batches():
+            if batch.producer_id != NO_PRODUCER_ID:
+                h = batch.header()
+                table.record(batch.producer_id, h[10], h[11], h[12],
+                             ProduceResponse(batch.base_offset, batch.last_offset, -1, self.log.log_start_offset))
+        return table
 
     def _start_background(self) -> None:
         if self._appended is None:

@@ -1,0 +1,296 @@
+"""Producing and consuming through real replica actors on a local Ray."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+import ray
+
+import raylog
+from raylog.errors import (
+    InvalidPartitionError, InvalidTopicError, NoOffsetForPartitionError, OffsetOutOfRangeError,
+    RecordTooLargeError, TopicAlreadyExistsError, UnknownTopicOrPartitionError,
+)
+from raylog.records import TopicPartition
+
+pytestmark = pytest.mark.ray
+
+
+def fresh_topic(cluster, partitions: int = 1, **configs) -> str:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    cluster.admin().create_topic(name, partitions, **configs)
+    return name
+
+
+def consume_all(consumer, expected: int, timeout_s: float = 30.0) -> list:
+    records = []
+    deadline = time.monotonic() + timeout_s
+    while len(records) < expected and time.monotonic() < deadline:
+        for recs in consumer.poll(timeout_ms=500).values():
+            records.extend(recs)
+    return records
+
+
+def end_offsets(cluster, topic: str) -> dict:
+    admin = cluster.admin()
+    n = len(admin.describe_topics([topic])[0].partitions)
+    return admin.end_offsets([TopicPartition(topic, p) for p in range(n)])
+
+
+def test_topics_are_created_described_listed_and_deleted(cluster, data_root):
+    admin = cluster.admin()
+    name = fresh_topic(cluster, 3, retention_ms=60_000)
+    (desc,) = admin.describe_topics([name])
+    assert [p.partition for p in desc.partitions] == [0, 1, 2]
+    assert desc.config["retention_ms"] == 60_000
+    assert name in admin.list_topics()
+    dirs = [p.leader.directory for p in desc.partitions]
+    assert all(str(data_root) in d for d in dirs)
+    with pytest.raises(TopicAlreadyExistsError):
+        admin.create_topic(name, 1)
+    admin.delete_topics([name])
+    assert name not in admin.list_topics()
+    with pytest.raises(UnknownTopicOrPartitionError):
+        admin.describe_topics([name])
+
+
+def test_records_keep_keys_headers_timestamps_and_per_partition_order(cluster):
+    topic = fresh_topic(cluster, 3)
+    producer = cluster.producer(linger_ms=2)
+    sent = []
+    for i in range(300):
+        key = f"key-{i % 7}".encode()
+        meta = producer.send(topic, f"value-{i}".encode(), key=key, headers=[("h", str(i).encode())],
+                             timestamp_ms=1_700_000_000_000 + i)
+        sent.append((key, f"value-{i}".encode(), 1_700_000_000_000 + i, meta))
+    producer.flush(timeout=30)
+    metas = [m.get(timeout=10) for *_, m in sent]
+    assert all(m.offset >= 0 for m in metas)
+    consumer = cluster.consumer(topic, auto_offset_reset="earliest")
+    records = consume_all(consumer, 300)
+    assert len(records) == 300
+    by_value = {r.value: r for r in records}
+    for (key, value, ts, _), meta in zip(sent, metas):
+        r = by_value[value]
+        assert (r.key, r.timestamp, r.partition, r.offset) == (key, ts, meta.partition, meta.offset)
+        assert r.headers == [("h", value.split(b"-")[1])]
+    assert {r.partition for r in records} == {0, 1, 2}
+    for p in range(3):
+        values = [int(r.value.split(b"-")[1]) for r in records if r.partition == p]
+        assert values == sorted(values), "a partition must keep send order"
+    producer.close()
+    consumer.close()
+
+
+def test_send_batch_spreads_unkeyed_records_and_consumer_reads_columns(cluster):
+    topic = fresh_topic(cluster, 2)
+    producer = cluster.producer(batch_size=64 * 1024)
+    values = [b"%08d" % i + b"x" * 92 for i in range(20_000)]
+    offsets = producer.send_batch(topic, values).offsets(timeout=60)
+    assert (offsets >= 0).all()
+    consumer = cluster.consumer(topic, auto_offset_reset="earliest")
+    got = []
+    deadline = time.monotonic() + 30
+    while len(got) < len(values) and time.monotonic() < deadline:
+        for chunk in consumer.poll_batch(timeout_ms=500):
+            assert list(chunk.offsets) == sorted(chunk.offsets)
+            got.extend(chunk.values)
+    assert sorted(got) == values
+    producer.close()
+
+
+def test_long_poll_returns_when_data_arrives_and_times_out_otherwise(cluster):
+    topic = fresh_topic(cluster, 1)
+    consumer = cluster.consumer(topic, auto_offset_reset="latest", fetch_max_wait_ms=20_000)
+    start = time.monotonic()
+    assert consumer.poll(timeout_ms=300) == {}
+    assert time.monotonic() - start >= 0.3
+    producer = cluster.producer(linger_ms=0)
+    timer = threading.Timer(0.5, lambda: producer.send(topic, b"late").get(timeout=10))
+    timer.start()
+    start = time.monotonic()
+    records = consumer.poll(timeout_ms=15_000)
+    waited = time.monotonic() - start
+    timer.join()
+    assert [r.value for recs in records.values() for r in recs] == [b"late"]
+    assert waited < 10, "the fetch must return when data arrives, not at fetch_max_wait_ms"
+    producer.close()
+
+
+def test_offsets_for_times_finds_first_record_at_or_after_timestamp(cluster):
+    topic = fresh_topic(cluster, 1)
+    producer = cluster.producer()
+    producer.send_batch(topic, [b"a", b"b", b"c"], timestamps_ms=[1000, 2000, 3000]).wait(timeout=30)
+    consumer = cluster.consumer(topic)
+    tp = TopicPartition(topic, 0)
+    found = consumer.offsets_for_times({tp: 1500})[tp]
+    assert (found.offset, found.timestamp) == (1, 2000)
+    assert consumer.offsets_for_times({tp: 3000})[tp].offset == 2
+    assert consumer.offsets_for_times({tp: 3001})[tp] is None
+    producer.close()
+
+
+def test_a_second_producer_process_writes_the_same_topic(cluster):
+    topic = fresh_topic(cluster, 1)
+    producer = cluster.producer()
+    producer.send_batch(topic, [b"parent-%d" % i for i in range(100)]).wait(timeout=30)
+    address = ray.get_runtime_context().gcs_address
+    script = (
+        "import raylog, sys\n"
+        f"c = raylog.connect(address={address!r})\n"
+        "p = c.producer()\n"
+        f"p.send_batch({topic!r}, [b'child-%d' % i for i in range(100)]).wait(timeout=60)\n"
+        "p.close()\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+    consumer = cluster.consumer(topic, auto_offset_reset="earliest")
+    values = [r.value for r in consume_all(consumer, 200)]
+    assert sorted(values) == sorted([b"parent-%d" % i for i in range(100)] + [b"child-%d" % i for i in range(100)])
+    producer.close()
+
+
+# --- bad input: a clear raylog error, and nothing written ------------------------------------
+
+
+def test_invalid_topic_names_never_reach_the_filesystem(cluster, data_root):
+    admin = cluster.admin()
+    before = sorted(p.name for p in data_root.rglob("*"))
+    for bad in ["", ".", "..", "a" * 250, "has space", "slash/../x", "ünïcode"]:
+        with pytest.raises(InvalidTopicError):
+            admin.create_topic(bad, 1)
+        with pytest.raises(InvalidTopicError):
+            cluster.producer().send(bad, b"x")
+    assert sorted(p.name for p in data_root.rglob("*")) == before
+
+
+def test_unknown_topic_and_partition_are_refused(cluster):
+    producer = cluster.producer()
+    with pytest.raises(UnknownTopicOrPartitionError):
+        producer.send("no-such-topic", b"x")
+    topic = fresh_topic(cluster, 2)
+    with pytest.raises(InvalidPartitionError):
+        producer.send(topic, b"x", partition=2)
+    with pytest.raises(InvalidPartitionError):
+        producer.send(topic, b"x", partition=-1)
+    producer.flush(timeout=10)
+    assert end_offsets(cluster, topic) == {TopicPartition(topic, 0): 0, TopicPartition(topic, 1): 0}
+    producer.close()
+
+
+def test_record_too_large_is_refused_by_producer_and_by_broker(cluster):
+    topic = fresh_topic(cluster, 1, max_message_bytes=10_000)
+    producer = cluster.producer(max_request_size=5_000)
+    with pytest.raises(RecordTooLargeError):
+        producer.send(topic, b"x" * 6_000)
+    with pytest.raises(RecordTooLargeError):
+        producer.send_batch(topic, [b"ok", b"x" * 6_000])
+    big = cluster.producer(max_request_size=1_000_000, compression_type="none")
+    future = big.send(topic, b"y" * 50_000)
+    with pytest.raises(RecordTooLargeError):
+        future.get(timeout=30)
+    assert end_offsets(cluster, topic) == {TopicPartition(topic, 0): 0}
+    producer.close()
+    big.close()
+
+
+def test_offset_out_of_range_follows_auto_offset_reset(cluster):
+    topic = fresh_topic(cluster, 1)
+    producer = cluster.producer()
+    producer.send_batch(topic, [b"a", b"b", b"c"]).wait(timeout=30)
+    tp = TopicPartition(topic, 0)
+
+    strict = cluster.consumer(auto_offset_reset="none")
+    strict.assign([tp])
+    with pytest.raises(NoOffsetForPartitionError):
+        strict.poll(timeout_ms=100)
+    strict.seek(tp, 50)
+    with pytest.raises(OffsetOutOfRangeError):
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            strict.poll(timeout_ms=200)
+
+    earliest = cluster.consumer(auto_offset_reset="earliest")
+    earliest.assign([tp])
+    earliest.seek(tp, 50)
+    assert [r.value for r in consume_all(earliest, 3)] == [b"a", b"b", b"c"]
+
+    latest = cluster.consumer(auto_offset_reset="latest")
+    latest.assign([tp])
+    latest.seek(tp, 50)
+    assert latest.poll(timeout_ms=500) == {}
+    assert latest.position(tp) == 3
+    producer.close()
+
+
+def test_pause_stops_records_until_resume(cluster):
+    topic = fresh_topic(cluster, 1)
+    producer = cluster.producer()
+    producer.send_batch(topic, [b"a", b"b"]).wait(timeout=30)
+    tp = TopicPartition(topic, 0)
+    consumer = cluster.consumer(topic, auto_offset_reset="earliest")
+    consumer.pause(tp)
+    assert consumer.poll(timeout_ms=500) == {}
+    assert consumer.paused() == {tp}
+    consumer.resume(tp)
+    assert [r.value for r in consume_all(consumer, 2)] == [b"a", b"b"]
+    consumer.seek_to_beginning(tp)
+    assert consumer.position(tp) == 0
+    consumer.seek_to_end(tp)
+    assert consumer.position(tp) == 2
+    producer.close()
+
+
+# --- faults: acknowledged records survive ------------------------------------------------------
+
+
+def test_killed_replica_process_restarts_and_keeps_acknowledged_records(cluster):
+    topic = fresh_topic(cluster, 1)
+    producer = cluster.producer(linger_ms=0)
+    acked = [producer.send(topic, b"before-%d" % i).get(timeout=30).offset for i in range(50)]
+    info = cluster.admin().describe_partitions(topic)[0]
+    import os
+    import signal
+
+    os.kill(info["pid"], signal.SIGKILL)
+    futures = [producer.send(topic, b"after-%d" % i) for i in range(50)]
+    acked += [f.get(timeout=60).offset for f in futures]
+    after = cluster.admin().describe_partitions(topic)[0]
+    assert after["pid"] != info["pid"] and after["node_id"] == info["node_id"]
+    assert after["recovered_cleanly"] is False
+    consumer = cluster.consumer(topic, auto_offset_reset="earliest")
+    records = consume_all(consumer, 100)
+    assert [r.offset for r in records] == list(range(100)) == sorted(acked)
+    assert [r.value for r in records] == [b"before-%d" % i for i in range(50)] + [b"after-%d" % i for i in range(50)]
+    producer.close()
+
+
+def test_controller_restart_keeps_metadata_and_traffic_goes_on(cluster):
+    from raylog.naming import CONTROLLER_ACTOR_NAME
+
+    topic = fresh_topic(cluster, 2)
+    producer = cluster.producer()
+    producer.send_batch(topic, [b"one", b"two"], partition=0).wait(timeout=30)
+    topics_before = cluster.admin().list_topics()
+    controller = ray.get_actor(CONTROLLER_ACTOR_NAME, namespace="raylog")
+    old_pid = ray.get(controller.ping.remote())
+    ray.kill(controller, no_restart=False)
+    producer.send_batch(topic, [b"three"], partition=0).wait(timeout=30)
+
+    def restarted():
+        return ray.get(controller.ping.remote(), timeout=5) != old_pid
+
+    from tests.integration.conftest import wait_for
+
+    wait_for(restarted, timeout_s=60)
+    assert cluster.admin().list_topics() == topics_before
+    assert len(cluster.admin().describe_topics([topic])[0].partitions) == 2
+    fresh = raylog.connect()
+    fresh.producer().send_batch(topic, [b"four"], partition=0).wait(timeout=30)
+    consumer = fresh.consumer(topic, auto_offset_reset="earliest")
+    assert sorted(r.value for r in consume_all(consumer, 4)) == sorted([b"one", b"two", b"three", b"four"])
+    producer.close()
