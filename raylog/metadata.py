@@ -22,7 +22,7 @@ class Metadata:
     def _load(self, topic: str) -> tuple[TopicDescription, list]:
         entry = self._topics.get(topic)
         if entry is None:
-            validate_topic_name(topic)
+            validate_topic_name(topic)  # before any call: an invalid name never reaches the controller
             entry = ray_calls.get(self._controller.topic_metadata.remote(topic), self._timeout_s)
             with self._lock:
                 self._topics[topic] = entry

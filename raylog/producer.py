@@ -18,7 +18,6 @@ import numpy as np
 from raylog.accumulator import RECORD_OVERHEAD_BYTES, FutureBatchMetadata, FutureRecordMetadata, RecordAccumulator
 from raylog.config import ProducerConfig, config_from_mapping
 from raylog.errors import IllegalStateError, InvalidPartitionError, InvalidRecordError, RecordTooLargeError
-from raylog.naming import validate_topic_name
 from raylog.partitioner import StickyPartitioner, partition_for_key
 from raylog.records import TopicPartition
 from raylog.sender import Sender
@@ -76,7 +75,8 @@ class Producer:
         return _to_bytes(ser(value) if ser is not None and value is not None else value, "value")
 
     def _partition_count(self, topic: str) -> int:
-        return self._metadata.partition_count(validate_topic_name(topic))
+        # Metadata validates the name on a cache miss, so an invalid name never gets this far twice.
+        return self._metadata.partition_count(topic)
 
     @staticmethod
     def _check_partition(topic: str, partition, n: int) -> int:

@@ -1,0 +1,32 @@
+"""Keys land where Kafka would put them: murmur2 against Kafka's own test vectors."""
+
+import pytest
+
+from raylog.partitioner import StickyPartitioner, murmur2, partition_for_key
+
+KAFKA_UTILS_TEST_VECTORS = {
+    b"21": -973932308,
+    b"foobar": -790332482,
+    b"a-little-bit-long-string": -985981536,
+    b"a-little-bit-longer-string": -1486304829,
+    b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
+    b"abc": 479470107,
+}
+
+
+@pytest.mark.parametrize("key,expected", KAFKA_UTILS_TEST_VECTORS.items())
+def test_murmur2_matches_kafka_utils_test_vectors(key, expected):
+    assert murmur2(key) == expected
+
+
+def test_partition_for_key_is_positive_murmur2_modulo_partitions():
+    for key, h in KAFKA_UTILS_TEST_VECTORS.items():
+        assert partition_for_key(key, 7) == (h & 0x7FFFFFFF) % 7
+
+
+def test_sticky_partitioner_moves_to_another_partition_when_its_batch_closes():
+    sticky = StickyPartitioner(seed=1)
+    first = sticky.partition("t", 5)
+    assert sticky.partition("t", 5) == first
+    sticky.on_new_batch("t", 5, first)
+    assert sticky.partition("t", 5) != first
