@@ -240,7 +240,7 @@ class RecordBatch:
         """Raise CorruptRecordError (or a subclass) unless this is a whole, intact batch.
 
         Checks, in order: the header fits, batch_length is sane and fits the
-        buffer, magic, record_count and last_offset_delta agree, the codec is
+        buffer, the size bound, magic, record_count and last_offset_delta agree, the codec is
         known, the CRC matches and (``check_payload``) the payload decodes to
         record_count records.
         """
@@ -252,10 +252,10 @@ class RecordBatch:
         size = LOG_OVERHEAD + length
         if length < HEADER_SIZE - LOG_OVERHEAD:
             raise CorruptRecordError(f"batch_length {length} is shorter than a header")
-        if max_bytes is not None and size > max_bytes:
-            raise RecordTooLargeError(f"batch of {size} bytes exceeds max_message_bytes {max_bytes}")
         if size > available:
             raise CorruptRecordError(f"batch_length {length} runs past the {available} bytes given")
+        if max_bytes is not None and size > max_bytes:
+            raise RecordTooLargeError(f"batch of {size} bytes exceeds max_message_bytes {max_bytes}")
         if magic != MAGIC:
             raise CorruptRecordError(f"unknown magic {magic} (expected {MAGIC})")
         if count <= 0 or last_delta < count - 1:
