@@ -33,6 +33,9 @@ raylog's tests and demos want retention visible sooner, and the check costs micr
 COMPACTION_INTERVAL_S = 60.0
 SEQUENCE_WAIT_S = 10.0
 """How long a batch whose sequence skips ahead waits for the batches before it."""
+UNKNOWN_PRODUCER_WAIT_S = 2.0
+"""How long a first-seen producer's batch with sequence > 0 waits for sequence 0 before the
+replica takes it as the producer's start (its state was lost, e.g. written before the last roll)."""
 
 
 class PartitionReplica:
@@ -106,13 +109,17 @@ class PartitionReplica:
         if pid != NO_PRODUCER_ID:
             header = batch.header()
             epoch, base_seq, count = header[10], header[11], header[12]
-            deadline = time.monotonic() + SEQUENCE_WAIT_S
+            start = time.monotonic()
             async with self._sequence_moved:
                 while True:
                     verdict, previous = self.producers.check(pid, epoch, base_seq)
                     if verdict != ProducerStateTable.WAIT:
                         break
-                    remaining = deadline - time.monotonic()
+                    known = self.producers.knows(pid, epoch)
+                    remaining = start + (SEQUENCE_WAIT_S if known else UNKNOWN_PRODUCER_WAIT_S) - time.monotonic()
+                    if remaining <= 0 and not known:
+                        verdict = ProducerStateTable.APPEND  # its earlier batches predate what we remember
+                        break
                     if remaining <= 0:
                         raise OutOfOrderSequenceError(
                             f"producer {pid} batch with sequence {base_seq} waited {SEQUENCE_WAIT_S}s "

@@ -83,7 +83,10 @@ class ProducerStateTable:
     def check(self, producer_id: int, epoch: int, base_sequence: int) -> tuple[str, ProduceResponse | None]:
         entry = self._entries.get(producer_id)
         if entry is None or epoch > entry.epoch:
-            return self.APPEND, None
+            # A new producer (or epoch) starts at sequence 0; a later batch that overtook the
+            # first one waits for it. The replica gives up waiting when the producer's state was
+            # simply lost (see PartitionReplica.produce).
+            return (self.APPEND if base_sequence == 0 else self.WAIT), None
         if epoch < entry.epoch:
             raise OutOfOrderSequenceError(f"producer {producer_id} epoch {epoch} is fenced by epoch {entry.epoch}")
         if base_sequence == entry.next_sequence:
@@ -108,6 +111,10 @@ class ProducerStateTable:
         self._entries.move_to_end(producer_id)
         while len(self._entries) > MAX_TRACKED_PRODUCERS:
             self._entries.popitem(last=False)
+
+    def knows(self, producer_id: int, epoch: int) -> bool:
+        entry = self._entries.get(producer_id)
+        return entry is not None and entry.epoch >= epoch
 
     def __len__(self) -> int:
         return len(self._entries)

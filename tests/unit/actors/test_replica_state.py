@@ -41,9 +41,14 @@ def test_truncation_keeps_start_le_high_watermark_le_end():
     assert 5 <= state.high_watermark <= 12
 
 
-def test_first_batch_of_unknown_producer_is_appended_whatever_its_sequence():
+def test_unknown_producer_starts_at_sequence_zero_and_later_batches_wait_for_it():
+    """Regression: Ray let batch 607 overtake batch 0 of a new producer; 607 must not start it."""
     table = ProducerStateTable()
-    assert table.check(7, 0, 42)[0] == ProducerStateTable.APPEND
+    assert table.check(7, 0, 0)[0] == ProducerStateTable.APPEND
+    assert table.check(7, 0, 607)[0] == ProducerStateTable.WAIT
+    assert not table.knows(7, 0)
+    table.record(7, 0, 0, 607, response(0, 606))
+    assert table.knows(7, 0) and table.check(7, 0, 607)[0] == ProducerStateTable.APPEND
 
 
 def test_retry_of_an_appended_batch_is_a_duplicate_with_the_first_response():

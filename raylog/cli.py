@@ -1,0 +1,192 @@
+"""The `raylog` command: topics, produce from stdin, consume to stdout.
+
+    raylog topics create events --partitions 3 --config retention.ms=60000
+    raylog topics list | describe events | delete events
+    seq 1000 | raylog produce events
+    raylog consume events --from-beginning --max-messages 1000
+
+It attaches to a running Ray cluster (--address, default "auto"). Errors print
+one line "raylog: error: <Error>: <message>" and exit with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from raylog.errors import RaylogError, InvalidConfigError
+from raylog.records import TopicPartition
+
+
+def _progress(args, total=None, unit="rec"):
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit=unit, unit_scale=True, file=sys.stderr,
+                disable=not (args.progress or sys.stderr.isatty()))
+
+
+def _configs(pairs: list[str]) -> dict:
+    out = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise InvalidConfigError(f"--config takes key=value, got {pair!r}")
+        out[key] = int(value) if value.lstrip("-").isdigit() else value
+    return out
+
+
+def _connect(args):
+    import raylog
+
+    if args.data_root:
+        return raylog.connect(args.address, namespace=args.namespace, data_root=args.data_root)
+    return raylog.connect(args.address, namespace=args.namespace)
+
+
+def cmd_topics(args) -> int:
+    admin = _connect(args).admin()
+    if args.action == "create":
+        desc = admin.create_topic(args.name, args.partitions, **_configs(args.config))
+        print(f"created topic {desc.name} with {len(desc.partitions)} partitions")
+    elif args.action == "list":
+        for name in admin.list_topics():
+            print(name)
+    elif args.action == "describe":
+        (desc,) = admin.describe_topics([args.name])
+        print(f"topic {desc.name}: {len(desc.partitions)} partitions")
+        for info in admin.describe_partitions(args.name):
+            print(f"  partition {info['partition']}  node {info['node_id'][:12]}  "
+                  f"offsets [{info['log_start_offset']}, {info['log_end_offset']})  "
+                  f"{info['size_bytes']} bytes  {info['directory']}")
+    elif args.action == "delete":
+        admin.delete_topics([args.name])
+        print(f"deleted topic {args.name}")
+    return 0
+
+
+def cmd_produce(args) -> int:
+    producer = _connect(args).producer()
+    sent = 0
+    futures = []
+    bar = _progress(args)
+
+    def send(lines):
+        nonlocal sent
+        keys = None
+        if args.key_separator:
+            split = [line.split(args.key_separator, 1) for line in lines]
+            keys = [s[0].encode() if len(s) == 2 else None for s in split]
+            lines = [s[-1] for s in split]
+        futures.append(producer.send_batch(args.topic, [line.encode() for line in lines], keys=keys,
+                                           partition=args.partition))
+        sent += len(lines)
+        bar.update(len(lines))
+
+    chunk = []
+    for line in sys.stdin:
+        chunk.append(line.rstrip("\n"))
+        if len(chunk) >= args.batch_lines:
+            send(chunk)
+            chunk = []
+    if chunk:
+        send(chunk)
+    for f in futures:
+        f.wait(timeout=120)
+    producer.close()
+    bar.close()
+    print(f"produced {sent} records", file=sys.stderr)
+    return 0
+
+
+def cmd_consume(args) -> int:
+    cluster = _connect(args)
+    consumer = cluster.consumer(auto_offset_reset="earliest" if args.from_beginning else "latest")
+    n = cluster.metadata.partition_count(args.topic)
+    parts = [TopicPartition(args.topic, p) for p in ([args.partition] if args.partition is not None else range(n))]
+    consumer.assign(parts)
+    if args.offset is not None:
+        for tp in parts:
+            consumer.seek(tp, args.offset)
+    elif args.from_beginning:
+        consumer.seek_to_beginning(*parts)
+    bar = _progress(args, total=args.max_messages)
+    count = 0
+    last_data = time.monotonic()
+    out = sys.stdout
+    while args.max_messages is None or count < args.max_messages:
+        chunks = consumer.poll_batch(timeout_ms=200)
+        if not chunks:
+            if (time.monotonic() - last_data) * 1000 >= args.timeout_ms:
+                break
+            continue
+        last_data = time.monotonic()
+        for chunk in chunks:
+            for off, key, value in zip(chunk.offsets.tolist(), chunk.keys, chunk.values):
+                if args.max_messages is not None and count >= args.max_messages:
+                    break
+                prefix = ""
+                if args.print_offset:
+                    prefix += f"{chunk.partition}:{off}\t"
+                if args.print_key:
+                    prefix += ("" if key is None else key.decode("utf-8", "replace")) + "\t"
+                out.write(prefix + ("" if value is None else value.decode("utf-8", "replace")) + "\n")
+                count += 1
+                bar.update(1)
+    out.flush()
+    bar.close()
+    consumer.close()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="raylog", description="raylog topics, produce and consume")
+    parser.add_argument("--address", default="auto", help="Ray cluster address (default: auto)")
+    parser.add_argument("--namespace", default="raylog")
+    parser.add_argument("--data-root", default=None, help="data root, used only if this call starts the controller")
+    parser.add_argument("--progress", action="store_true", help="show a progress bar even when not on a terminal")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    topics = sub.add_parser("topics", help="create, list, describe, delete topics")
+    tsub = topics.add_subparsers(dest="action", required=True)
+    create = tsub.add_parser("create")
+    create.add_argument("name")
+    create.add_argument("--partitions", type=int, default=1)
+    create.add_argument("--config", action="append", metavar="KEY=VALUE", help="topic config, e.g. retention.ms=60000")
+    tsub.add_parser("list")
+    for action in ("describe", "delete"):
+        tsub.add_parser(action).add_argument("name")
+    topics.set_defaults(func=cmd_topics)
+
+    produce = sub.add_parser("produce", help="send stdin lines as records")
+    produce.add_argument("topic")
+    produce.add_argument("--key-separator", default=None, help="split each line into key and value at this string")
+    produce.add_argument("--partition", type=int, default=None)
+    produce.add_argument("--batch-lines", type=int, default=10_000)
+    produce.set_defaults(func=cmd_produce)
+
+    consume = sub.add_parser("consume", help="print records to stdout")
+    consume.add_argument("topic")
+    consume.add_argument("--partition", type=int, default=None)
+    start = consume.add_mutually_exclusive_group()
+    start.add_argument("--from-beginning", action="store_true")
+    start.add_argument("--offset", type=int, default=None)
+    consume.add_argument("--max-messages", type=int, default=None)
+    consume.add_argument("--timeout-ms", type=int, default=5000, help="stop after this long without records")
+    consume.add_argument("--print-key", action="store_true")
+    consume.add_argument("--print-offset", action="store_true")
+    consume.set_defaults(func=cmd_consume)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except RaylogError as exc:
+        print(f"raylog: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
