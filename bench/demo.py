@@ -18,7 +18,7 @@ def main() -> None:
     import ray
 
     import raylog
-    from bench.client_bench import make_values
+    from bench.client_bench import consume_columns, make_values, produce_batch
 
     data_root = tempfile.mkdtemp(prefix="raylog-demo-")
     cluster = raylog.connect(data_root=data_root, num_cpus=2)
@@ -27,23 +27,10 @@ def main() -> None:
         cluster.admin().create_topic(topic, PARTITIONS)
         print(f"created topic {topic!r} with {PARTITIONS} partitions under {data_root}")
         values = make_values(RECORDS)
-        producer = cluster.producer()
-        start = time.perf_counter()
-        futures = [producer.send_batch(topic, values[i:i + 100_000]) for i in range(0, RECORDS, 100_000)]
-        for f in futures:
-            f.wait(timeout=300)
-        produce_s = time.perf_counter() - start
-        producer.close()
-        print(f"produced {RECORDS:,} records of 100 bytes in {produce_s:.2f} s: {RECORDS / produce_s:,.0f} records/s")
-        consumer = cluster.consumer(topic, auto_offset_reset="earliest")
-        n = 0
-        start = time.perf_counter()
-        while n < RECORDS:
-            for chunk in consumer.poll_batch(timeout_ms=5000):
-                n += len(chunk)
-        consume_s = time.perf_counter() - start
-        consumer.close()
-        print(f"consumed {n:,} records in {consume_s:.2f} s: {n / consume_s:,.0f} records/s")
+        rate = produce_batch(cluster, topic, values)
+        print(f"produced {RECORDS:,} records of 100 bytes: {rate:,.0f} records/s")
+        rate = consume_columns(cluster, topic, RECORDS)
+        print(f"consumed {RECORDS:,} records: {rate:,.0f} records/s")
         for info in cluster.admin().describe_partitions(topic):
             print(f"  partition {info['partition']}: offsets [{info['log_start_offset']}, {info['log_end_offset']})"
                   f" {info['size_bytes'] / 1e6:.1f} MB in {info['segments']} segment(s) on node {info['node_id'][:8]}")
