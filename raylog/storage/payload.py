@@ -105,7 +105,11 @@ def decode(payload: bytes | memoryview, codec: int, record_count: int) -> Column
     for name, col in (("keys", keys), ("values", values), ("timestamp_deltas", ts_deltas)):
         if type(col) is not list or len(col) != record_count:
             raise CorruptRecordError(f"payload column {name} does not hold {record_count} records")
-    if not set(map(type, keys)) <= _KEY_TYPES or not set(map(type, values)) <= _KEY_TYPES:
+    # The type checks cost more than msgpack's decode (22 us per 1024-record column, measured with
+    # bench/storage_bench.py's batches); count(None) is ~1 us and only None equals None, so the
+    # common all-null keys column skips the full check.
+    if (keys.count(None) != record_count and not set(map(type, keys)) <= _KEY_TYPES) \
+            or not set(map(type, values)) <= _KEY_TYPES:
         raise CorruptRecordError("payload keys and values must be bytes or null")
     if not set(map(type, ts_deltas)) <= {int}:
         raise CorruptRecordError("payload timestamp deltas must be integers")
