@@ -99,3 +99,21 @@ def test_forged_lz4_size_prefix_is_refused_before_inflating():
 
     with pytest.raises(CorruptRecordError):
         payload.decode(b"\xff\xff\xff\x7f" + b"\x00" * 20, payload.CODEC_LZ4, 1)
+
+
+@pytest.mark.parametrize("columns", [
+    [[None, None], [b"a", b"b"], [0, 0.0], None, None],
+    [[None, 1], [b"a", b"b"], [0, 0], None, None],
+    [[None, None], [b"a", "text"], [0, 0], None, None],
+    [[None], [b"a", b"b"], [0, 0], None, None],
+    [[None, None], [b"a", b"b"], [0, 0], "h", None],
+    [[None, None], [b"a", b"b"], [0, 0], None, [1, 0]],
+])
+def test_payload_with_wrong_column_types_or_lengths_is_corrupt(columns):
+    """A CRC only proves the bytes are what the producer sent, not that they are a payload."""
+    import msgpack
+
+    from raylog.storage import payload
+
+    with pytest.raises(CorruptRecordError):
+        payload.decode(msgpack.packb(columns, use_bin_type=True), payload.CODEC_NONE, 2)
