@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -106,7 +107,8 @@ def run(records: int, runs: int, partitions: int, latency_samples: int, baseline
 
     import raylog
 
-    cluster = raylog.connect(data_root=tempfile.mkdtemp(prefix="raylog-bench-"), num_cpus=2)
+    data_root = tempfile.mkdtemp(prefix="raylog-bench-")
+    cluster = raylog.connect(data_root=data_root, num_cpus=2)
     values = make_values(records)
     rows: dict[str, list[float]] = {k: [] for k in (
         "send_batch_records_per_s", "send_records_per_s", "consume_records_per_s",
@@ -133,6 +135,7 @@ def run(records: int, runs: int, partitions: int, latency_samples: int, baseline
             latencies = e2e_latency_ms(cluster, topic, latency_samples)
     finally:
         ray.shutdown()
+        shutil.rmtree(data_root, ignore_errors=True)
     med = {k: statistics.median(v) for k, v in rows.items() if v}
     mb = RECORD_BYTES / 1e6
     print(f"client bench: {records:,} x {RECORD_BYTES}-byte records, {partitions} partitions, RF=1, "

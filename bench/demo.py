@@ -6,6 +6,7 @@ Grows with the project (consumer groups and the Spark job through RayDP come in 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 
@@ -36,6 +37,7 @@ def main() -> None:
                   f" {info['size_bytes'] / 1e6:.1f} MB in {info['segments']} segment(s) on node {info['node_id'][:8]}")
     finally:
         ray.shutdown()
+        shutil.rmtree(data_root, ignore_errors=True)
 
 
 if __name__ == "__main__":
