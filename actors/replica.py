@@ -22,7 +22,7 @@ import numpy as np
 
 from actors.replica_state import ProducerStateTable, ReplicaState
 from raylog.config import TopicConfig
-from raylog.errors import KafkaTimeoutError, OutOfOrderSequenceError
+from raylog.errors import OffsetOutOfRangeError, OutOfOrderSequenceError
 from raylog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchResponse, ProduceResponse
 from raylog.storage.batch import NO_PRODUCER_ID, RecordBatch
 from raylog.storage.log import PartitionLog
@@ -180,7 +180,9 @@ class PartitionReplica:
         if offset == LATEST_TIMESTAMP:
             offset = self.state.high_watermark
         if offset > self.state.high_watermark:
-            raise KafkaTimeoutError(f"offset {offset} is above the high watermark {self.state.high_watermark}")
+            raise OffsetOutOfRangeError(f"cannot delete records before {offset}: it is above the high watermark "
+                                        f"{self.state.high_watermark}", self.log.log_start_offset,
+                                        self.state.high_watermark)
         self.log.delete_records(offset)
         self.state.on_log_start_moved(self.log.log_start_offset)
         return self.log.log_start_offset

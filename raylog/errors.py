@@ -110,8 +110,6 @@ class KafkaTimeoutError(RaylogError):
     retriable = True
 
 
-RequestTimedOutError = KafkaTimeoutError
-
 
 class LogDirError(RaylogError):
     """The partition's directory cannot be opened, written or recovered."""

@@ -294,3 +294,18 @@ def test_controller_restart_keeps_metadata_and_traffic_goes_on(cluster):
     consumer = fresh.consumer(topic, auto_offset_reset="earliest")
     assert sorted(r.value for r in consume_all(consumer, 4)) == sorted([b"one", b"two", b"three", b"four"])
     producer.close()
+
+
+def test_delete_records_moves_the_beginning_and_refuses_offsets_past_the_high_watermark(cluster):
+    topic = fresh_topic(cluster, 1)
+    producer = cluster.producer()
+    producer.send_batch(topic, [b"%d" % i for i in range(10)]).wait(timeout=30)
+    admin = cluster.admin()
+    tp = TopicPartition(topic, 0)
+    assert admin.delete_records({tp: 4}) == {tp: 4}
+    assert admin.beginning_offsets([tp]) == {tp: 4}
+    with pytest.raises(OffsetOutOfRangeError):
+        admin.delete_records({tp: 11})
+    consumer = cluster.consumer(topic, auto_offset_reset="earliest")
+    assert [r.offset for r in consume_all(consumer, 6)] == list(range(4, 10))
+    producer.close()
