@@ -110,7 +110,6 @@ class KafkaTimeoutError(RaylogError):
     retriable = True
 
 
-
 class LogDirError(RaylogError):
     """The partition's directory cannot be opened, written or recovered."""
 
