@@ -58,7 +58,7 @@ class Controller:
             data = self.metadata_log.read(offset, 1 << 20)
             for batch in record_batch.iter_batches(data):
                 cols = batch.columns()
-                for off, value in zip(batch.offsets(cols), cols.values):
+                for off, value in zip(batch.offsets(cols).tolist(), cols.values.to_pylist()):
                     if off >= offset:
                         yield msgpack.unpackb(value, raw=False)
                 offset = batch.next_offset

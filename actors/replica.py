@@ -21,10 +21,11 @@ import time
 import numpy as np
 
 from actors.replica_state import ProducerStateTable, ReplicaState
+from raylog import memory
 from raylog.config import TopicConfig
-from raylog.errors import OffsetOutOfRangeError, OutOfOrderSequenceError
+from raylog.errors import OffsetOutOfRangeError, OutOfOrderSequenceError, RaylogError
 from raylog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchResponse, ProduceResponse
-from raylog.storage.batch import NO_PRODUCER_ID, RecordBatch
+from raylog.storage.batch import HEADER_SIZE, NO_PRODUCER_ID, RecordBatch
 from raylog.storage.log import PartitionLog
 
 MAINTENANCE_INTERVAL_S = 5.0
@@ -43,6 +44,7 @@ class PartitionReplica:
 
     def __init__(self, topic: str, partition: int, replica_id: int, directory: str, config: dict,
                  leader_epoch: int = 0):
+        memory.tune()
         self.topic = topic
         self.partition = partition
         self.directory = directory
@@ -64,8 +66,7 @@ class PartitionReplica:
         table = ProducerStateTable()
         for batch in self.log.active.batches():
             if batch.producer_id != NO_PRODUCER_ID:
-                h = batch.header()
-                table.record(batch.producer_id, h[10], h[11], h[12],
+                table.record(batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.record_count,
                              ProduceResponse(batch.base_offset, batch.last_offset, -1, self.log.log_start_offset))
         return table
 
@@ -96,46 +97,55 @@ class PartitionReplica:
 
     # --- requests -----------------------------------------------------------------------
 
-    async def produce(self, records, acks: int = 1) -> ProduceResponse:
+    async def produce(self, records, acks: int = 1, leader_epoch: int | None = None) -> ProduceResponse:
         """Append one producer batch (a bytes-like buffer) and return where it landed.
 
         Idempotent batches (producer id set) are appended once, in sequence
-        order: a retry returns the first append's response, and a batch that
-        overtook an earlier one waits for it.
+        order: a retry returns the first append's response (or the error that
+        rejected it), and a batch that overtook an earlier one waits for it.
         """
         self._start_background()
         batch = RecordBatch(records, 0)
-        pid = batch.producer_id if len(records) >= 61 else NO_PRODUCER_ID
-        if pid != NO_PRODUCER_ID:
-            header = batch.header()
-            epoch, base_seq, count = header[10], header[11], header[12]
-            start = time.monotonic()
-            async with self._sequence_moved:
-                while True:
-                    verdict, previous = self.producers.check(pid, epoch, base_seq)
-                    if verdict != ProducerStateTable.WAIT:
-                        break
-                    known = self.producers.knows(pid, epoch)
-                    remaining = start + (SEQUENCE_WAIT_S if known else UNKNOWN_PRODUCER_WAIT_S) - time.monotonic()
-                    if remaining <= 0 and not known:
-                        verdict = ProducerStateTable.APPEND  # its earlier batches predate what we remember
-                        break
-                    if remaining <= 0:
-                        raise OutOfOrderSequenceError(
-                            f"producer {pid} batch with sequence {base_seq} waited {SEQUENCE_WAIT_S}s "
-                            "for the batches before it")
-                    try:
-                        await asyncio.wait_for(self._sequence_moved.wait(), remaining)
-                    except asyncio.TimeoutError:
-                        pass
-                if verdict == ProducerStateTable.DUPLICATE:
-                    return ProduceResponse(previous.base_offset, previous.last_offset,
-                                           previous.log_append_time_ms, self.log.log_start_offset, True)
+        pid = batch.producer_id if len(records) >= HEADER_SIZE else NO_PRODUCER_ID
+        if pid == NO_PRODUCER_ID:
+            return self._append(records)
+        epoch, base_seq, count = batch.producer_epoch, batch.base_sequence, batch.record_count
+        start = time.monotonic()
+        async with self._sequence_moved:
+            while True:
+                verdict, previous = self.producers.check(pid, epoch, base_seq)
+                if verdict != ProducerStateTable.WAIT:
+                    break
+                known = self.producers.knows(pid, epoch)
+                remaining = start + (SEQUENCE_WAIT_S if known else UNKNOWN_PRODUCER_WAIT_S) - time.monotonic()
+                if remaining <= 0 and not known:
+                    verdict = ProducerStateTable.APPEND  # its earlier batches predate what we remember
+                    break
+                if remaining <= 0:
+                    raise OutOfOrderSequenceError(
+                        f"producer {pid} batch with sequence {base_seq} waited {SEQUENCE_WAIT_S}s "
+                        "for the batches before it; it was not appended")
+                try:
+                    await asyncio.wait_for(self._sequence_moved.wait(), remaining)
+                except asyncio.TimeoutError:
+                    pass
+            if verdict == ProducerStateTable.DUPLICATE:
+                if isinstance(previous, BaseException):
+                    raise previous
+                return ProduceResponse(previous.base_offset, previous.last_offset,
+                                       previous.log_append_time_ms, self.log.log_start_offset, True)
+            try:
                 response = self._append(records)
-                self.producers.record(pid, epoch, base_seq, count, response)
+            except RaylogError as exc:
+                if exc.retriable:
+                    raise
+                # Rejected for good: the sequence is used up, so the batches after it need not wait.
+                self.producers.record(pid, epoch, base_seq, count, exc)
                 self._sequence_moved.notify_all()
-                return response
-        return self._append(records)
+                raise
+            self.producers.record(pid, epoch, base_seq, count, response)
+            self._sequence_moved.notify_all()
+            return response
 
     def _append(self, records) -> ProduceResponse:
         info = self.log.append(records, self.state.leader_epoch)

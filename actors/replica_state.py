@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
-from raylog.errors import OutOfOrderSequenceError
+from raylog.errors import InvalidProducerEpochError, OutOfOrderSequenceError
 from raylog.protocol import ProduceResponse
 
 MAX_TRACKED_PRODUCERS = 10_000
@@ -58,21 +58,30 @@ class ReplicaState:
         return self.high_watermark
 
 
+SEQUENCE_MASK = 0x7FFFFFFF
+"""Sequences wrap to 0 after 2**31 - 1, as Kafka's do."""
+_AHEAD_WINDOW = 1 << 30
+"""A sequence up to this far past the next expected one (mod 2**31) is ahead; anything else is behind."""
+
+
 @dataclass(slots=True)
 class _ProducerEntry:
     epoch: int
     next_sequence: int
     recent: deque = field(default_factory=lambda: deque(maxlen=DEDUP_WINDOW))
-    """(base_sequence, ProduceResponse) of the last appended batches."""
+    """(base_sequence, ProduceResponse or the error that rejected the batch) of the last batches."""
 
 
 class ProducerStateTable:
-    """Per producer id: the next expected sequence and the last few appended batches.
+    """Per producer id: the next expected sequence and the last few batches' outcomes.
 
     Decides for each idempotent batch whether to append it, answer it as a
-    duplicate of an earlier append (a retry), or hold it until the batches
-    before it arrive (Ray does not promise that calls to an async actor start
-    in submission order, so in-flight batches can overtake each other).
+    duplicate of an earlier one (a retry), or hold it until the batches before
+    it arrive (Ray does not promise that calls to an async actor start in
+    submission order, so in-flight batches can overtake each other). A batch
+    the log rejected for good still uses up its sequences (``record`` with the
+    error): the producer does not resend it, so the next batch must not wait
+    for it, and a retry of it gets the same error.
     """
 
     APPEND, DUPLICATE, WAIT = "append", "duplicate", "wait"
@@ -80,7 +89,9 @@ class ProducerStateTable:
     def __init__(self) -> None:
         self._entries: OrderedDict[int, _ProducerEntry] = OrderedDict()
 
-    def check(self, producer_id: int, epoch: int, base_sequence: int) -> tuple[str, ProduceResponse | None]:
+    def check(self, producer_id: int, epoch: int, base_sequence: int):
+        """(verdict, previous outcome for a DUPLICATE); raises InvalidProducerEpochError for a fenced
+        epoch and OutOfOrderSequenceError for a sequence older than the ones remembered."""
         entry = self._entries.get(producer_id)
         if entry is None or epoch > entry.epoch:
             # A new producer (or epoch) starts at sequence 0; a later batch that overtook the
@@ -88,26 +99,27 @@ class ProducerStateTable:
             # simply lost (see PartitionReplica.produce).
             return (self.APPEND if base_sequence == 0 else self.WAIT), None
         if epoch < entry.epoch:
-            raise OutOfOrderSequenceError(f"producer {producer_id} epoch {epoch} is fenced by epoch {entry.epoch}")
+            raise InvalidProducerEpochError(
+                f"producer {producer_id} epoch {epoch} is fenced by epoch {entry.epoch}; the batch was not appended")
         if base_sequence == entry.next_sequence:
             return self.APPEND, None
-        for seq, response in entry.recent:
+        for seq, outcome in entry.recent:
             if seq == base_sequence:
-                return self.DUPLICATE, response
-        if base_sequence > entry.next_sequence:
+                return self.DUPLICATE, outcome
+        if 0 < (base_sequence - entry.next_sequence) & SEQUENCE_MASK < _AHEAD_WINDOW:
             return self.WAIT, None
         raise OutOfOrderSequenceError(
             f"producer {producer_id} sent sequence {base_sequence}, expected {entry.next_sequence}; "
-            "it is older than the duplicates this replica remembers")
+            "it is older than the batches this replica remembers")
 
-    def record(self, producer_id: int, epoch: int, base_sequence: int, record_count: int,
-               response: ProduceResponse) -> None:
+    def record(self, producer_id: int, epoch: int, base_sequence: int, record_count: int, outcome) -> None:
+        """A batch was appended (``outcome`` its ProduceResponse) or rejected for good (the error)."""
         entry = self._entries.get(producer_id)
         if entry is None or epoch > entry.epoch:
             entry = _ProducerEntry(epoch, 0)
             self._entries[producer_id] = entry
-        entry.next_sequence = base_sequence + record_count
-        entry.recent.append((base_sequence, response))
+        entry.next_sequence = (base_sequence + record_count) & SEQUENCE_MASK
+        entry.recent.append((base_sequence, outcome))
         self._entries.move_to_end(producer_id)
         while len(self._entries) > MAX_TRACKED_PRODUCERS:
             self._entries.popitem(last=False)

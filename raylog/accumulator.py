@@ -1,15 +1,22 @@
-"""RecordAccumulator: per-partition batch building for the producer, and the futures it hands out.
+"""RecordAccumulator: where send() puts records until the sender takes them.
 
-Records appended with send() collect in one open batch per partition until
-it reaches batch_size or lingers linger_ms; send_batch() hands in whole
-column sets that are cut into batch_size pieces at once. A batch is encoded
-(columnar msgpack + lz4 + CRC, raylog.storage.batch) when it closes, and its
-producer sequence is assigned then, under the lock: sequences follow the
-order batches enter the partition's ready queue, which is the order the
-sender sends them.
+send() appends a record to its topic's open *stage*: parallel lists of keys,
+values and timestamps (plus partitions and headers when any record has
+them), in send order. No partitioning happens here: the sender cuts a
+closed stage into partition batches in one vectorized pass (murmur2 of all
+its keys at once, grouped and cut by bytes; batch_builder.py), which is what
+makes a keyed send() cost a few list appends instead of a pure-Python hash
+per record. A stage closes when it holds enough bytes to give each of its
+partitions a full batch, when it has lingered linger_ms, on flush() and
+before a send_batch() to the same topic (which arrives as a closed stage of
+its own), so records keep their send order within each partition.
 
-Thread-safe: user threads append, the sender thread drains; one Condition
-guards everything and wakes the sender and flush().
+Memory: every record's bytes are reserved against buffer_memory when it is
+appended and released when its batch completes; send() blocks up to
+max_block_ms while the buffer is full.
+
+Thread-safe: user threads append under one lock (one acquisition per
+record); the sender thread takes closed stages and closes lingering ones.
 """
 
 from __future__ import annotations
@@ -18,323 +25,237 @@ import threading
 import time
 from collections import deque
 
-import numpy as np
-
 from raylog.config import ProducerConfig
-from raylog.errors import KafkaTimeoutError
-from raylog.records import RecordMetadata, TopicPartition
-from raylog.storage import batch as record_batch
+from raylog.errors import IllegalStateError, InvalidPartitionError, KafkaTimeoutError
+from raylog.futures import CallbackRunner, FutureRecordMetadata, ProduceResult
+from raylog.metadata import Metadata, TopicInfo
 
-RECORD_OVERHEAD_BYTES = 8
-"""Estimated per-record payload bytes beyond key and value (msgpack tags, timestamp delta)."""
+_new_tuple = tuple.__new__
 
-
-class ProduceRequestResult:
-    """Outcome of one batch, shared by the futures of all its records."""
-
-    __slots__ = ("_event", "topic", "partition", "base_offset", "log_append_time", "error", "_callbacks")
-
-    def __init__(self, tp: TopicPartition):
-        self._event = threading.Event()
-        self.topic, self.partition = tp
-        self.base_offset = -1
-        self.log_append_time = -1
-        self.error: BaseException | None = None
-        self._callbacks: list | None = None
-
-    def complete(self, base_offset: int, log_append_time: int = -1, error: BaseException | None = None) -> None:
-        self.base_offset = base_offset
-        self.log_append_time = log_append_time
-        self.error = error
-        self._event.set()
-        for cb in self._callbacks or ():
-            cb()
-
-    def done(self) -> bool:
-        return self._event.is_set()
-
-    def wait(self, timeout: float | None) -> None:
-        if not self._event.wait(timeout):
-            raise KafkaTimeoutError(f"no produce response for {self.topic}-{self.partition} within {timeout}s")
-
-    def on_done(self, cb) -> None:
-        if self._event.is_set():
-            cb()
-        else:
-            self._callbacks = (self._callbacks or []) + [cb]
+MAX_STAGE_SPREAD = 16
+"""A stage of keyed records closes at batch_size times its partition count, at most this many
+times batch_size, so each partition's batch is close to batch_size without unbounded stages."""
 
 
-class FutureRecordMetadata:
-    """kafka-python's future for one record: get(timeout) -> RecordMetadata, or raises the batch's error."""
+class Stage:
+    """Records of one topic in send order, not yet cut into partition batches."""
 
-    __slots__ = ("_result", "_relative_offset", "_timestamp")
+    __slots__ = ("topic", "info", "keys", "values", "timestamps", "partitions", "headers", "nbytes",
+                 "created", "result", "close_at", "keyed", "plain", "closed")
 
-    def __init__(self, result: ProduceRequestResult, relative_offset: int, timestamp: int):
-        self._result = result
-        self._relative_offset = relative_offset
-        self._timestamp = timestamp
-
-    def get(self, timeout: float | None = None) -> RecordMetadata:
-        r = self._result
-        r.wait(timeout)
-        if r.error is not None:
-            raise r.error
-        offset = -1 if r.base_offset < 0 else r.base_offset + self._relative_offset
-        ts = r.log_append_time if r.log_append_time >= 0 else self._timestamp
-        return RecordMetadata(r.topic, r.partition, offset, ts)
-
-    def is_done(self) -> bool:
-        return self._result.done()
-
-    def succeeded(self) -> bool:
-        return self._result.done() and self._result.error is None
-
-    def failed(self) -> bool:
-        return self._result.done() and self._result.error is not None
-
-    def exception(self) -> BaseException | None:
-        return self._result.error
-
-    def add_callback(self, fn) -> "FutureRecordMetadata":
-        """Call fn(RecordMetadata) once the record is acknowledged (on the sender thread)."""
-        self._result.on_done(lambda: fn(self.get(0)) if self._result.error is None else None)
-        return self
-
-    def add_errback(self, fn) -> "FutureRecordMetadata":
-        self._result.on_done(lambda: fn(self._result.error) if self._result.error is not None else None)
-        return self
-
-
-class FutureBatchMetadata:
-    """The future of a send_batch(): get() returns one RecordMetadata per record, in input order."""
-
-    __slots__ = ("_parts", "_count", "_timestamps")
-
-    def __init__(self, parts: list[tuple[ProduceRequestResult, np.ndarray]], count: int, timestamps):
-        self._parts = parts
-        self._count = count
-        self._timestamps = timestamps
-
-    def wait(self, timeout: float | None = None) -> None:
-        """Block until every batch is acknowledged; raise the first batch's error."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        for result, _ in self._parts:
-            result.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
-            if result.error is not None:
-                raise result.error
-
-    def offsets(self, timeout: float | None = None) -> np.ndarray:
-        """Each record's offset as an int64 array in input order (-1 with acks=0)."""
-        self.wait(timeout)
-        out = np.empty(self._count, dtype=np.int64)
-        for result, indices in self._parts:
-            out[indices] = -1 if result.base_offset < 0 else result.base_offset + np.arange(len(indices))
-        return out
-
-    def get(self, timeout: float | None = None) -> list[RecordMetadata]:
-        offsets = self.offsets(timeout)
-        meta = [None] * self._count
-        for result, indices in self._parts:
-            for i in indices.tolist():
-                ts = result.log_append_time if result.log_append_time >= 0 else self._timestamps[i]
-                meta[i] = RecordMetadata(result.topic, result.partition, int(offsets[i]), ts)
-        return meta
-
-    def is_done(self) -> bool:
-        return all(r.done() for r, _ in self._parts)
-
-
-class ProducerBatch:
-    __slots__ = ("tp", "keys", "values", "timestamps", "headers", "size", "created", "result",
-                 "records", "base_sequence", "attempts", "retry_at")
-
-    def __init__(self, tp: TopicPartition, now: float):
-        self.tp = tp
+    def __init__(self, topic: str, info: TopicInfo, config: ProducerConfig, runner: CallbackRunner):
+        self.topic = topic
+        self.info = info
         self.keys: list = []
         self.values: list = []
-        self.timestamps: list = []
+        self.timestamps: list | int = []
+        self.partitions: list | None = None
+        """Explicit partition per record (-1: the partitioner decides); None while no record has one."""
         self.headers: list | None = None
-        self.size = 0
-        self.created = now
-        self.result = ProduceRequestResult(tp)
-        self.records: np.ndarray | None = None
-        """The encoded batch, once closed: what the sender ships."""
-        self.base_sequence = -1
-        self.attempts = 0
-        self.retry_at = 0.0
+        self.nbytes = 0
+        self.created = time.monotonic()
+        self.result = ProduceResult(topic, self.timestamps, runner)
+        self.close_at = min(config.batch_size * min(info.num_partitions, MAX_STAGE_SPREAD),
+                            max(config.batch_size, config.buffer_memory // 4))
+        """Bytes at which the stage closes: a full batch for each of its partitions (unkeyed records
+        are cut into batch_size runs over the partitions, keyed ones spread by their keys)."""
+        self.keyed = True
+        """False only when the caller knows no record has a key (a send_batch without keys)."""
+        self.plain = True
+        """No record so far has headers or an explicit partition (send()'s fast path applies)."""
+        self.closed = False
 
     def __len__(self) -> int:
         return len(self.values)
 
 
 class RecordAccumulator:
-    def __init__(self, config: ProducerConfig, producer_id: int):
+    def __init__(self, config: ProducerConfig, metadata: Metadata, runner: CallbackRunner):
         self.config = config
-        self.producer_id = producer_id
-        self._cond = threading.Condition()
-        self._open: dict[TopicPartition, ProducerBatch] = {}
-        self._ready: dict[TopicPartition, deque[ProducerBatch]] = {}
-        self._next_sequence: dict[TopicPartition, int] = {}
-        self._buffered_bytes = 0
-        self._incomplete = 0
-        self._flushing = 0
+        self._metadata = metadata
+        self._metadata_max_age_s = config.metadata_max_age_ms / 1000
+        self._runner = runner
+        self._lock = threading.Lock()
+        self._space = threading.Condition(self._lock)
+        self._open: dict[str, Stage] = {}
+        self._closed_stages: deque[Stage] = deque()
+        self._outstanding: deque[ProduceResult] = deque()
+        self._buffered = 0
+        self._buffer_memory = config.buffer_memory
+        self.wakeup = threading.Event()
+        """Set whenever the sender has something new to do (a closed stage, a flush, close)."""
         self.closed = False
 
-    # --- appending (user threads) ---------------------------------------------------------
+    # --- appending (user threads) -----------------------------------------------------------
 
     def _reserve(self, nbytes: int) -> None:
-        """Block while the buffer is full (up to max_block_ms). Caller holds the lock."""
-        if self._buffered_bytes + nbytes <= self.config.buffer_memory or self._buffered_bytes == 0:
-            self._buffered_bytes += nbytes
-            return
-        deadline = time.monotonic() + self.config.max_block_ms / 1000
-        while self._buffered_bytes + nbytes > self.config.buffer_memory and self._buffered_bytes > 0:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise KafkaTimeoutError(f"buffer_memory ({self.config.buffer_memory} bytes) stayed full "
-                                        f"for max_block_ms ({self.config.max_block_ms} ms)")
-            self._cond.wait(remaining)
-        self._buffered_bytes += nbytes
+        """Block while the buffer is full, up to max_block_ms; caller holds the lock. A request
+        larger than the whole buffer goes through once the buffer is empty."""
+        if self._buffered + nbytes > self.config.buffer_memory and self._buffered > 0:
+            deadline = time.monotonic() + self.config.max_block_ms / 1000
+            while self._buffered + nbytes > self.config.buffer_memory and self._buffered > 0:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise KafkaTimeoutError(
+                        f"buffer_memory ({self.config.buffer_memory} bytes) stayed full for max_block_ms "
+                        f"({self.config.max_block_ms} ms); nothing was queued")
+                self._space.wait(remaining)
+        self._buffered += nbytes
 
-    def append(self, tp: TopicPartition, key, value, timestamp: int, headers) -> tuple[FutureRecordMetadata, bool]:
-        """Add one record; returns its future and whether this record closed the partition's batch."""
-        size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0) + RECORD_OVERHEAD_BYTES
-        with self._cond:
+    def release(self, nbytes: int) -> None:
+        """A batch completed: its bytes leave the buffer."""
+        with self._lock:
+            self._buffered -= nbytes
+            self._space.notify_all()
+
+    def topic_info(self, topic: str) -> TopicInfo:
+        return self._metadata.topic(topic, self._metadata_max_age_s)
+
+    def _new_stage(self, topic: str, info: TopicInfo) -> Stage:
+        """Caller holds the lock."""
+        stage = self._open[topic] = Stage(topic, info, self.config, self._runner)
+        self._outstanding.append(stage.result)
+        self.wakeup.set()  # the sender sleeps until it knows of a stage to linger on
+        return stage
+
+    def append(self, topic: str, key, value, timestamp: int, size: int) -> FutureRecordMetadata:
+        """Add one record without headers or an explicit partition (the common send()) and return
+        its future. The per-record hot path: one lock acquisition, three list appends, one tuple."""
+        lock = self._lock
+        lock.acquire()
+        try:
+            stage = self._open.get(topic)
+            if stage is None or not stage.plain or self._buffered + size > self._buffer_memory:
+                stage = None
+            else:
+                i = len(stage.values)
+                stage.keys.append(key)
+                stage.values.append(value)
+                stage.timestamps.append(timestamp)
+                self._buffered += size
+                stage.nbytes += size
+                if stage.nbytes >= stage.close_at:
+                    self._close(stage)
+        finally:
+            lock.release()
+        if stage is None:
+            return self.append_record(topic, key, value, timestamp, None, None, size)
+        return _new_tuple(FutureRecordMetadata, (stage.result, i))
+
+    def append_record(self, topic: str, key, value, timestamp: int, headers, partition,
+                      size: int) -> FutureRecordMetadata:
+        """Add one record, with headers or an explicit partition, and return its future."""
+        stage = self._open.get(topic)
+        info = stage.info if stage is not None else self.topic_info(topic)
+        with self._lock:
+            if self.closed:
+                raise IllegalStateError("cannot send: the producer is closed")
+            if partition is not None and not 0 <= partition < info.num_partitions:
+                raise InvalidPartitionError(
+                    f"topic {topic!r} has partitions 0..{info.num_partitions - 1}, not {partition!r}")
             self._reserve(size)
-            batch = self._open.get(tp)
-            if batch is None:
-                batch = self._open[tp] = ProducerBatch(tp, time.monotonic())
-                self._incomplete += 1
-                self._cond.notify_all()
-            n = len(batch.values)
-            batch.keys.append(key)
-            batch.values.append(value)
-            batch.timestamps.append(timestamp)
-            if headers:
-                if batch.headers is None:
-                    batch.headers = [None] * n
-                batch.headers.append(headers)
-            elif batch.headers is not None:
-                batch.headers.append(None)
-            batch.size += size
-            future = FutureRecordMetadata(batch.result, n, timestamp)
-            full = batch.size >= self.config.batch_size
-            if full:
-                self._close(batch)
-            return future, full
+            stage = self._open.get(topic)
+            if stage is None:
+                stage = self._new_stage(topic, info)
+            i = len(stage.values)
+            if partition is not None or headers is not None:
+                stage.plain = False
+            if partition is not None:
+                if stage.partitions is None:
+                    stage.partitions = [-1] * i
+                stage.partitions.append(partition)
+            elif stage.partitions is not None:
+                stage.partitions.append(-1)
+            if headers is not None:
+                if stage.headers is None:
+                    stage.headers = [None] * i
+                stage.headers.append(headers)
+            elif stage.headers is not None:
+                stage.headers.append(None)
+            stage.keys.append(key)
+            stage.values.append(value)
+            stage.timestamps.append(timestamp)
+            stage.nbytes += size
+            if stage.nbytes >= stage.close_at:
+                self._close(stage)
+        return _new_tuple(FutureRecordMetadata, (stage.result, i))
 
-    def append_columns(self, tp: TopicPartition, keys: list, values: list, timestamps: list,
-                       headers: list | None, size: int) -> ProduceRequestResult:
-        """Add one ready-made batch of records (send_batch); it is closed at once."""
-        with self._cond:
+    def append_stage(self, topic: str, info: TopicInfo, keys, values, timestamps, headers, partitions,
+                     size: int, keyed: bool) -> ProduceResult:
+        """Queue a whole run of records at once (send_batch): all of it or, on KafkaTimeoutError
+        while the buffer stays full, none of it."""
+        stage = Stage(topic, info, self.config, self._runner)
+        stage.keys, stage.values, stage.timestamps = keys, values, timestamps
+        stage.headers, stage.partitions, stage.nbytes, stage.keyed = headers, partitions, size, keyed
+        stage.result = ProduceResult(topic, timestamps, self._runner)
+        with self._lock:
+            if self.closed:
+                raise IllegalStateError("cannot send: the producer is closed")
             self._reserve(size)
-            open_batch = self._open.get(tp)
-            if open_batch is not None:
-                self._close(open_batch)  # keep record order: earlier send()s go first
-            batch = ProducerBatch(tp, time.monotonic())
-            batch.keys, batch.values, batch.timestamps, batch.headers, batch.size = keys, values, timestamps, headers, size
-            self._incomplete += 1
-            self._close(batch)
-            return batch.result
+            earlier = self._open.get(topic)
+            if earlier is not None:
+                self._close(earlier)  # keep order: earlier send()s to this topic go first
+            self._outstanding.append(stage.result)
+            self._close(stage)
+        return stage.result
 
-    def _close(self, batch: ProducerBatch) -> None:
-        """Encode, assign the sequence and queue for sending. Caller holds the lock."""
-        if self._open.get(batch.tp) is batch:
-            del self._open[batch.tp]
-        seq = self._next_sequence.get(batch.tp, 0)
-        batch.base_sequence = seq
-        self._next_sequence[batch.tp] = (seq + len(batch)) & 0x7FFFFFFF
-        idempotent = self.config.enable_idempotence
-        encoded = record_batch.build(
-            batch.values, batch.keys, batch.timestamps, batch.headers, self.config.compression_type,
-            producer_id=self.producer_id if idempotent else record_batch.NO_PRODUCER_ID,
-            producer_epoch=0 if idempotent else -1, base_sequence=seq if idempotent else -1)
-        batch.records = np.frombuffer(encoded, dtype=np.uint8)
-        batch.keys = batch.values = batch.headers = None  # the encoded bytes are all that is sent
-        self._ready.setdefault(batch.tp, deque()).append(batch)
-        self._cond.notify_all()
+    def _close(self, stage: Stage) -> None:
+        """Hand a stage to the sender. Caller holds the lock."""
+        if self._open.get(stage.topic) is stage:
+            del self._open[stage.topic]
+        stage.closed = True
+        self._closed_stages.append(stage)
+        self.wakeup.set()
 
-    # --- draining (sender thread) ----------------------------------------------------------
+    # --- the sender's side --------------------------------------------------------------------
 
-    def drain(self, admit) -> list[ProducerBatch]:
-        """Close batches that lingered long enough (or all, when flushing), then pop the ones
-        ``admit(tp)`` lets through (it counts them in flight when it says yes)."""
-        now = time.monotonic()
+    def take_closed(self) -> list[Stage]:
+        with self._lock:
+            stages = list(self._closed_stages)
+            self._closed_stages.clear()
+            return stages
+
+    def close_lingering(self, now: float, force: bool) -> float | None:
+        """Close stages that lingered linger_ms (all of them with ``force``); returns the monotonic
+        time the next open stage will have lingered long enough, or None."""
         linger = self.config.linger_ms / 1000
-        out = []
-        with self._cond:
-            for batch in list(self._open.values()):
-                if self._flushing or self.closed or now - batch.created >= linger:
-                    self._close(batch)
-            for tp, queue in self._ready.items():
-                while queue and queue[0].retry_at <= now and admit(tp):
-                    out.append(queue.popleft())
-        return out
+        with self._lock:
+            next_deadline = None
+            for stage in list(self._open.values()):
+                due = stage.created + linger
+                if force or self.closed or due <= now:
+                    self._close(stage)
+                elif next_deadline is None or due < next_deadline:
+                    next_deadline = due
+            return next_deadline
 
-    def next_deadline(self) -> float | None:
-        """Monotonic time the sender must wake at to close a lingering batch, if any."""
-        with self._cond:
-            if any(self._ready.values()):
-                return time.monotonic()
-            if not self._open:
-                return None
-            return min(b.created for b in self._open.values()) + self.config.linger_ms / 1000
-
-    def wait_for_work(self, timeout: float) -> None:
-        with self._cond:
-            if not any(self._ready.values()) and not (self._open and (self._flushing or self.closed)):
-                self._cond.wait(timeout)
-
-    def requeue(self, batch: ProducerBatch, delay_s: float) -> None:
-        """Put a failed batch back for a retry, in sequence order ahead of later batches."""
-        with self._cond:
-            batch.retry_at = time.monotonic() + delay_s
-            queue = self._ready.setdefault(batch.tp, deque())
-            queue.appendleft(batch)
-            if len(queue) > 1:
-                ordered = sorted(queue, key=lambda b: b.base_sequence)
-                queue.clear()
-                queue.extend(ordered)
-            self._cond.notify_all()
-
-    def completed(self, batch: ProducerBatch) -> None:
-        with self._cond:
-            self._buffered_bytes -= batch.size
-            self._incomplete -= 1
-            self._cond.notify_all()
-
-    # --- flush / close ---------------------------------------------------------------------
+    # --- flush / close ------------------------------------------------------------------------
 
     def flush(self, timeout: float | None) -> None:
-        """Send everything buffered now and wait until every batch has its outcome."""
+        """Close every open stage now and wait until each record appended so far has its outcome
+        and its callbacks have run."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
-            self._flushing += 1
-            self._cond.notify_all()
-            try:
-                while self._incomplete > 0:
-                    remaining = None if deadline is None else deadline - time.monotonic()
-                    if remaining is not None and remaining <= 0:
-                        raise KafkaTimeoutError(f"flush did not complete within {timeout}s")
-                    self._cond.wait(remaining if remaining is not None else 0.1)
-            finally:
-                self._flushing -= 1
+        with self._lock:
+            for stage in list(self._open.values()):
+                self._close(stage)
+            while self._outstanding and self._outstanding[0].done:
+                self._outstanding.popleft()
+            waiting = list(self._outstanding)
+        for result in waiting:
+            if not result.done:
+                try:
+                    result.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+                except KafkaTimeoutError:
+                    raise KafkaTimeoutError(f"flush did not complete within {timeout}s") from None
+        self._runner.drain(deadline)
 
     def close(self) -> None:
-        with self._cond:
+        with self._lock:
             self.closed = True
-            self._cond.notify_all()
+            for stage in list(self._open.values()):
+                self._close(stage)
+        self.wakeup.set()
 
-    def has_pending(self) -> bool:
-        with self._cond:
-            return self._incomplete > 0
-
-    def abort_all(self, error: BaseException) -> None:
-        """Fail every batch not yet sent (close with a timeout that ran out)."""
-        with self._cond:
-            batches = list(self._open.values()) + [b for q in self._ready.values() for b in q]
-            self._open.clear()
-            self._ready.clear()
-        for b in batches:
-            b.result.complete(-1, -1, error)
-            self.completed(b)
+    def outstanding(self) -> list[ProduceResult]:
+        with self._lock:
+            return [r for r in self._outstanding if not r.done]

@@ -122,7 +122,7 @@ def cmd_consume(args) -> int:
             continue
         last_data = time.monotonic()
         for chunk in chunks:
-            for off, key, value in zip(chunk.offsets.tolist(), chunk.keys, chunk.values):
+            for off, key, value in zip(chunk.offsets.tolist(), chunk.key_list(), chunk.value_list()):
                 if args.max_messages is not None and count >= args.max_messages:
                     break
                 prefix = ""

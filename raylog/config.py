@@ -125,12 +125,17 @@ class ClusterConfig:
         _check_int(self, "request_timeout_ms", 1)
 
 
+MAX_IN_FLIGHT_WITH_IDEMPOTENCE = 5
+"""The replica remembers this many batches per producer for deduplication (Kafka's bound)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ProducerConfig:
     """kafka-python's KafkaProducer settings that raylog implements."""
 
-    acks: int | str = 1
-    """0: don't wait for the replica; 1: wait for the leader's append; 'all' (= -1): wait for the ISR."""
+    acks: int | str = "all"
+    """0: don't wait for the replica; 1: wait for the leader's append; 'all' (= -1): wait until every
+    in-sync replica has the batch. Kafka's default since 3.0."""
     batch_size: int = 1024 * 1024
     """Bytes of records per partition batch. Kafka: 16 KiB; raylog: 1 MiB, because a Ray call
     costs ~1 ms (DESIGN.md) and only big batches amortise it."""
@@ -140,32 +145,37 @@ class ProducerConfig:
     compression_type: str | None = "lz4"
     """'lz4' or 'none'. Kafka: none; raylog compresses by default as the brief asks."""
     max_in_flight_requests_per_connection: int = 5
-    """Unacknowledged batches per partition; order is kept by producer sequence numbers."""
+    """Unacknowledged batches per partition; order is kept by producer sequence numbers. At most 5
+    with idempotence (the replica's deduplication window), as Kafka requires."""
     max_request_size: int = 8 * 1024 * 1024
-    """Largest record (and batch) the producer sends; matches TopicConfig.max_message_bytes."""
+    """Largest record the producer accepts (uncompressed, as Kafka checks it) and largest batch it
+    sends; batches are also kept within the topic's max_message_bytes."""
     buffer_memory: int = 64 * 1024 * 1024
     """Bytes of unsent records before send() blocks (up to max_block_ms)."""
     max_block_ms: int = 60_000
     """How long send() may block on a full buffer or missing metadata."""
     request_timeout_ms: int = 30_000
-    """How long to wait for a produce response before failing the batch."""
+    """How long to wait for a produce response before retrying the batch."""
     retries: int = 2**31 - 1
     """Retries of a batch after a retriable error (same sequence: the replica drops duplicates);
-    delivery_timeout_ms bounds them in time. Kafka's default."""
+    delivery_timeout_ms bounds them in time. Kafka's default; at least 1 with idempotence."""
     retry_backoff_ms: int = 100
-    """First wait before a retry; doubles per attempt up to retry_backoff_max_ms."""
+    """First wait before a retry; doubles per attempt up to retry_backoff_max_ms, with +-20% jitter
+    (KIP-580) so producers retrying together spread out."""
     retry_backoff_max_ms: int = 1000
     delivery_timeout_ms: int = 120_000
     """Give up on a batch this long after it was created, whatever the retries left. Kafka: 2 min."""
     enable_idempotence: bool = True
     """Stamp producer id and sequences so retries never duplicate and in-flight batches stay ordered."""
+    metadata_max_age_ms: int = 300_000
+    """Refresh a topic's partitions and leaders at least this often, even without errors. Kafka: 5 min."""
     key_serializer: object = None
     """Callable turning a key into bytes; None means keys are bytes (or str, encoded UTF-8)."""
     value_serializer: object = None
     """Callable turning a value into bytes; None means values are bytes (or str, encoded UTF-8)."""
 
     def __post_init__(self) -> None:
-        _check(self.acks in (0, 1, -1, "all", "0", "1"), f"acks must be 0, 1 or 'all', got {self.acks!r}")
+        _check(self.acks in (0, 1, -1, "all", "0", "1", "-1"), f"acks must be 0, 1 or 'all' (-1), got {self.acks!r}")
         _check(self.compression_type in (None, "none", "lz4"),
                f"compression_type must be 'lz4' or 'none', got {self.compression_type!r}")
         _check_int(self, "batch_size", 1)
@@ -179,12 +189,20 @@ class ProducerConfig:
         _check_int(self, "retry_backoff_ms", 0)
         _check_int(self, "retry_backoff_max_ms", 0)
         _check_int(self, "delivery_timeout_ms", 1)
+        _check_int(self, "metadata_max_age_ms", 0)
+        _check(isinstance(self.enable_idempotence, bool), f"enable_idempotence must be a bool, got {self.enable_idempotence!r}")
+        if self.enable_idempotence:
+            _check(self.max_in_flight_requests_per_connection <= MAX_IN_FLIGHT_WITH_IDEMPOTENCE,
+                   f"max_in_flight_requests_per_connection must be <= {MAX_IN_FLIGHT_WITH_IDEMPOTENCE} with "
+                   f"enable_idempotence, got {self.max_in_flight_requests_per_connection}")
+            _check(self.retries >= 1, "retries must be >= 1 with enable_idempotence (set enable_idempotence=False "
+                                      "to send each batch once)")
         for name in ("key_serializer", "value_serializer"):
             _check(getattr(self, name) is None or callable(getattr(self, name)), f"{name} must be callable")
 
     @property
     def required_acks(self) -> int:
-        return -1 if self.acks in ("all", -1) else int(self.acks)
+        return -1 if self.acks in ("all", -1, "-1") else int(self.acks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,10 +218,17 @@ class ConsumerConfig:
     max_partition_fetch_bytes: int = 8 * 1024 * 1024
     """Bytes per partition per fetch (at least one batch is returned). Kafka: 1 MiB; raylog
     fetches MBs per call because each call costs ~1 ms."""
+    fetch_max_bytes: int = 50 * 1024 * 1024
+    """Bytes the consumer holds at most, fetched but not yet returned by poll() plus asked for in
+    fetches in flight, over all its partitions (at least one fetch is always allowed). Kafka: 50 MiB."""
     max_poll_records: int = 500_000
     """Most records one poll() returns. Kafka: 500; raylog polls batch views of many records."""
     request_timeout_ms: int = 30_000
     """How long to wait for a fetch response beyond fetch_max_wait_ms."""
+    consumer_timeout_ms: int | None = None
+    """Iterating the consumer stops after this long without a record; None waits forever (kafka-python)."""
+    metadata_max_age_ms: int = 300_000
+    """Refresh partitions and leaders at least this often, even without errors. Kafka: 5 min."""
     key_deserializer: object = None
     value_deserializer: object = None
     check_crcs: bool = True
@@ -215,6 +240,11 @@ class ConsumerConfig:
         _check_int(self, "fetch_min_bytes", 0)
         _check_int(self, "fetch_max_wait_ms", 0)
         _check_int(self, "max_partition_fetch_bytes", 1)
+        _check_int(self, "fetch_max_bytes", 1)
+        _check_int(self, "metadata_max_age_ms", 0)
+        _check(self.consumer_timeout_ms is None or (isinstance(self.consumer_timeout_ms, int)
+                                                    and self.consumer_timeout_ms >= 0),
+               f"consumer_timeout_ms must be None or an int >= 0, got {self.consumer_timeout_ms!r}")
         _check_int(self, "max_poll_records", 1)
         _check_int(self, "request_timeout_ms", 1)
         for name in ("key_deserializer", "value_deserializer"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import Iterable, Mapping
 
+from raylog import memory
 from raylog.column_batch import ColumnBatch
 from raylog.config import ConsumerConfig, config_from_mapping
 from raylog.errors import IllegalStateError, InvalidOffsetError
@@ -25,6 +26,7 @@ class Consumer:
         from raylog.cluster import default_cluster
 
         self.config: ConsumerConfig = config_from_mapping(ConsumerConfig, configs)
+        memory.tune()
         self._cluster = cluster or default_cluster()
         self._metadata = self._cluster.metadata
         self._fetcher = Fetcher(self.config, self._metadata)
@@ -118,17 +120,32 @@ class Consumer:
             fetcher.wait(remaining)
 
     def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> dict[TopicPartition, list[ConsumerRecord]]:
-        """kafka-python's poll: {TopicPartition: [ConsumerRecord, ...]}."""
+        """kafka-python's poll: {TopicPartition: [ConsumerRecord, ...]}, records built in bulk."""
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
         kd, vd = self.config.key_deserializer, self.config.value_deserializer
         for chunk in self.poll_batch(timeout_ms, max_records):
-            out.setdefault(TopicPartition(chunk.topic, chunk.partition), []).extend(chunk.records(kd, vd))
+            records = chunk.records(kd, vd)
+            tp = TopicPartition(chunk.topic, chunk.partition)
+            if tp in out:
+                out[tp].extend(records)
+            else:
+                out[tp] = records
         return out
 
     def __iter__(self):
+        """Records one by one, fetched and decoded a batch at a time (kafka-python's iterator).
+        Stops after consumer_timeout_ms without a record (never, by default) or on close()."""
+        kd, vd = self.config.key_deserializer, self.config.value_deserializer
+        idle_limit = self.config.consumer_timeout_ms
+        last = time.monotonic()
         while not self._closed:
-            for records in self.poll(timeout_ms=self.config.fetch_max_wait_ms).values():
-                yield from records
+            chunks = self.poll_batch(timeout_ms=self.config.fetch_max_wait_ms)
+            if chunks:
+                last = time.monotonic()
+            elif idle_limit is not None and (time.monotonic() - last) * 1000 >= idle_limit:
+                return
+            for chunk in chunks:
+                yield from chunk.records(kd, vd)
 
     # --- offsets by time -----------------------------------------------------------------------
 

@@ -79,6 +79,11 @@ class OutOfOrderSequenceError(RaylogError):
     """A producer batch's sequence number skips ahead and the gap did not fill in time."""
 
 
+class InvalidProducerEpochError(RaylogError):
+    """A producer batch carries an epoch older than one the partition has seen from that producer
+    (the producer moved on after a failure it could not resolve, KIP-360): it was not appended."""
+
+
 class IllegalStateError(RaylogError):
     """The call is not allowed in the object's current state (closed producer, unassigned partition)."""
 
@@ -100,6 +105,13 @@ class NotLeaderForPartitionError(RaylogError):
 
 class ReplicaNotAvailableError(RaylogError):
     """The replica's actor is dead or restarting."""
+
+    retriable = True
+
+
+class NotEnoughReplicasError(RaylogError):
+    """Fewer in-sync replicas than the topic's min_insync_replicas: an acks='all' produce is refused
+    (before the append) or not acknowledged (after it)."""
 
     retriable = True
 

@@ -7,6 +7,12 @@ replica (fetch_min_bytes / fetch_max_wait_ms) that returns whole batches as
 one numpy buffer; on the leader's node that buffer is read straight from
 Ray's shared memory. Decoding happens in poll(), column by column.
 
+Memory is bounded by fetch_max_bytes over all partitions: bytes fetched but
+not yet handed out by poll(), plus the bytes asked for by fetches in
+flight. A fetch asks for at most what is left of that budget (and at most
+max_partition_fetch_bytes); when nothing is in flight one fetch always goes
+out, since the replica returns at least one whole batch.
+
 A seek bumps the partition's generation, so a response to a fetch sent
 before the seek is dropped instead of delivered. Not thread-safe, like
 kafka-python's consumer: one thread polls.
@@ -30,6 +36,8 @@ from raylog.records import TopicPartition
 
 RETRY_BACKOFF_S = 0.1
 """Wait before fetching again from a partition whose replica was unreachable."""
+MIN_FETCH_BYTES = 64 * 1024
+"""A fetch that could ask for less than this waits for the buffer to drain instead."""
 
 
 @dataclass(slots=True)
@@ -39,6 +47,7 @@ class PartitionState:
     generation: int = 0
     paused: bool = False
     in_flight: object = None
+    in_flight_bytes: int = 0
     retry_at: float = 0.0
     high_watermark: int = -1
     buffered: deque = field(default_factory=deque)
@@ -53,6 +62,8 @@ class Fetcher:
         self._refs: dict = {}
         self._timeout_s = config.request_timeout_ms / 1000
         self._rotation = 0
+        self.buffered_bytes = 0
+        """Bytes of fetched batches not yet handed out, plus bytes asked for in flight."""
 
     # --- positions -------------------------------------------------------------------------
 
@@ -64,11 +75,18 @@ class Fetcher:
         st = self.states[tp]
         st.position = st.fetch_offset = offset
         st.generation += 1
-        st.buffered.clear()
+        self._discard(st)
         st.error = None
+
+    def _discard(self, st: PartitionState) -> None:
+        """Forget a partition's buffered chunks and its fetch in flight."""
+        self.buffered_bytes -= sum(chunk.nbytes for chunk in st.buffered)
+        st.buffered.clear()
         if st.in_flight is not None:
             self._refs.pop(st.in_flight, None)
+            self.buffered_bytes -= st.in_flight_bytes
             st.in_flight = None
+            st.in_flight_bytes = 0
 
     def reset(self, tp: TopicPartition, strategy: str) -> None:
         if strategy == "none":
@@ -85,18 +103,25 @@ class Fetcher:
 
     def send_fetches(self) -> None:
         now = time.monotonic()
+        cap = self.config.fetch_max_bytes
         for tp, st in self.states.items():
             if (st.paused or st.in_flight is not None or st.position is None or st.error is not None
-                    or len(st.buffered) >= 2 or st.retry_at > now):
+                    or st.retry_at > now):
                 continue
+            budget = min(self.config.max_partition_fetch_bytes, cap - self.buffered_bytes)
+            if budget < min(MIN_FETCH_BYTES, self.config.max_partition_fetch_bytes) and self._refs:
+                continue
+            budget = max(budget, 1)
             try:
                 leader = self.metadata.leader(tp.topic, tp.partition)
             except Exception as exc:  # noqa: BLE001 - surfaced on the next poll
-                st.error = exc
+                st.error = ray_calls.translate(exc)
                 continue
-            ref = leader.fetch.remote(st.fetch_offset, self.config.max_partition_fetch_bytes,
-                                      self.config.fetch_max_wait_ms, self.config.fetch_min_bytes)
+            ref = leader.fetch.remote(st.fetch_offset, budget, self.config.fetch_max_wait_ms,
+                                      self.config.fetch_min_bytes)
             st.in_flight = ref
+            st.in_flight_bytes = budget
+            self.buffered_bytes += budget
             self._refs[ref] = (tp, st.generation, st.fetch_offset)
 
     def wait(self, timeout_s: float) -> None:
@@ -118,6 +143,8 @@ class Fetcher:
         if st is None or st.generation != generation:
             return
         st.in_flight = None
+        self.buffered_bytes -= st.in_flight_bytes
+        st.in_flight_bytes = 0
         try:
             response = ray_calls.get(ref)
         except OffsetOutOfRangeError as exc:
@@ -137,12 +164,14 @@ class Fetcher:
         st.high_watermark = response.high_watermark
         if len(response.records) == 0:
             return
-        chunk = column_batch.decode(tp.topic, tp.partition, response.records, offset, self.config.check_crcs)
-        st.fetch_offset = chunk.next_offset
-        if len(chunk):
-            st.buffered.append(chunk)
+        chunks, next_offset = column_batch.decode(tp.topic, tp.partition, response.records, offset,
+                                                  self.config.check_crcs)
+        st.fetch_offset = next_offset
+        if chunks:
+            st.buffered.extend(chunks)
+            self.buffered_bytes += sum(chunk.nbytes for chunk in chunks)
         elif st.position == offset and not st.buffered:
-            st.position = chunk.next_offset
+            st.position = next_offset
 
     # --- handing records out -----------------------------------------------------------------
 
@@ -164,9 +193,14 @@ class Fetcher:
                 chunk = st.buffered[0]
                 if len(chunk) <= left:
                     st.buffered.popleft()
+                    self.buffered_bytes -= chunk.nbytes
                 else:
-                    st.buffered[0] = chunk.slice(left, len(chunk))
-                    chunk = chunk.slice(0, left)
+                    rest = chunk.slice(left, len(chunk))
+                    head = chunk.slice(0, left)
+                    rest.nbytes = chunk.nbytes - head.nbytes  # what stays buffered keeps counting
+                    st.buffered[0] = rest
+                    self.buffered_bytes -= head.nbytes
+                    chunk = head
                 out.append(chunk)
                 left -= len(chunk)
                 st.position = chunk.next_offset
@@ -174,9 +208,10 @@ class Fetcher:
 
     def drop(self, tp: TopicPartition) -> None:
         st = self.states.pop(tp, None)
-        if st is not None and st.in_flight is not None:
-            self._refs.pop(st.in_flight, None)
+        if st is not None:
+            self._discard(st)
 
     def close(self) -> None:
         self._refs.clear()
         self.states.clear()
+        self.buffered_bytes = 0

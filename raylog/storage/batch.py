@@ -18,14 +18,16 @@ unchanged. The header is Kafka's v2 batch header, big-endian:
         51     2  producer_epoch
         53     4  base_sequence
         57     4  record_count
-        61        payload            see payload.py (columnar msgpack, optionally lz4)
+        61        payload            see payload.py (columns in Arrow's binary layout, optionally lz4)
 
 The CRC starts at attributes so the broker can stamp base_offset and
 leader_epoch (and never anything else) without recomputing it: the bytes a
 producer checksummed are the bytes a consumer verifies.
 
-Version history of MAGIC: 1 = this layout with the columnar msgpack payload.
-Changing the layout means a new magic and new golden bytes in the tests.
+Version history of the magic byte: 1 = this header with per-record msgpack
+bins in the payload (still read); 2 = this header with the Arrow-layout
+payload (written since). Changing the layout means a new magic and new golden
+bytes in the tests.
 
 A RecordBatch is a view: it never copies the buffer it reads. It is not
 thread-safe; its owner serialises access.
@@ -38,11 +40,14 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import crc32c
+import numpy as np
 
 from raylog.errors import CorruptRecordError, RecordTooLargeError, UnsupportedCodecError
 from raylog.storage import payload as _payload
 
-MAGIC = 1
+MAGIC = _payload.LAYOUT_ARROW
+"""What this version writes."""
+READABLE_MAGICS = frozenset((_payload.LAYOUT_ROWS, _payload.LAYOUT_ARROW))
 
 HEADER = struct.Struct(
     ">"
@@ -72,11 +77,13 @@ LAST_OFFSET_DELTA_POS = ATTRIBUTES_POS + struct.calcsize(">h")
 BASE_TIMESTAMP_POS = LAST_OFFSET_DELTA_POS + struct.calcsize(">i")
 MAX_TIMESTAMP_POS = BASE_TIMESTAMP_POS + struct.calcsize(">q")
 PRODUCER_ID_POS = MAX_TIMESTAMP_POS + struct.calcsize(">q")
-RECORD_COUNT_POS = HEADER_SIZE - struct.calcsize(">i")
+PRODUCER_EPOCH_POS = PRODUCER_ID_POS + struct.calcsize(">q")
+BASE_SEQUENCE_POS = PRODUCER_EPOCH_POS + struct.calcsize(">h")
+RECORD_COUNT_POS = BASE_SEQUENCE_POS + struct.calcsize(">i")
 LOG_OVERHEAD = LEADER_EPOCH_POS
 """Bytes before batch_length's coverage starts: total size = LOG_OVERHEAD + batch_length."""
 
-assert CRC_POS == 17 and ATTRIBUTES_POS == 21 and HEADER_SIZE == 61
+assert CRC_POS == 17 and ATTRIBUTES_POS == 21 and RECORD_COUNT_POS == 57 and HEADER_SIZE == 61
 
 _OFFSET_AND_LENGTH = struct.Struct(">qi")
 _INT64 = struct.Struct(">q")
@@ -118,21 +125,42 @@ def build(
     producer_epoch: int = -1,
     base_sequence: int = -1,
 ) -> bytes:
-    """Encode one batch. ``timestamps_ms`` is one int per record, or one int for all of them."""
+    """Encode one batch from Python lists. ``timestamps_ms`` is one int per record, or one for all."""
     count = len(values)
     if count == 0:
         raise CorruptRecordError("a record batch holds at least one record")
-    if keys is None:
-        keys = [None] * count
     if isinstance(timestamps_ms, int):
-        base_ts = max_ts = timestamps_ms
-        deltas: Sequence[int] = [0] * count
+        timestamps = np.full(count, timestamps_ms, dtype=np.int64)
     else:
-        base_ts = min(timestamps_ms)
-        max_ts = max(timestamps_ms)
-        deltas = [t - base_ts for t in timestamps_ms]
-    if len(keys) != count or len(deltas) != count:
+        timestamps = np.fromiter(timestamps_ms, dtype=np.int64, count=len(timestamps_ms))
+    if keys is not None and len(keys) != count:
         raise CorruptRecordError("keys, values and timestamps must have one entry per record")
+    key_col = _payload.BinaryColumn.nulls(count) if keys is None else _payload.BinaryColumn.from_pylist(keys)
+    return build_columns(key_col, _payload.BinaryColumn.from_pylist(values), timestamps, headers, compression,
+                         offset_deltas, last_offset_delta, base_offset, producer_id, producer_epoch, base_sequence)
+
+
+def build_columns(
+    keys: _payload.BinaryColumn,
+    values: _payload.BinaryColumn,
+    timestamps_ms: np.ndarray,
+    headers: Sequence | None = None,
+    compression: str | None = "lz4",
+    offset_deltas: Sequence[int] | None = None,
+    last_offset_delta: int | None = None,
+    base_offset: int = 0,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+) -> bytes:
+    """Encode one batch from columns already in Arrow's layout (the producer's path)."""
+    count = values.count
+    if count == 0:
+        raise CorruptRecordError("a record batch holds at least one record")
+    if keys.count != count or len(timestamps_ms) != count:
+        raise CorruptRecordError("keys, values and timestamps must have one entry per record")
+    base_ts = int(timestamps_ms.min())
+    max_ts = int(timestamps_ms.max())
     hdrs = None
     if headers is not None and any(headers):
         if len(headers) != count:
@@ -143,7 +171,7 @@ def build(
     if last_offset_delta is None:
         last_offset_delta = offset_deltas[-1] if offset_deltas is not None else count - 1
     codec = _payload.codec_id(compression)
-    body = _payload.encode(keys, values, deltas, hdrs, offset_deltas, codec)
+    body = _payload.encode(keys, values, timestamps_ms - base_ts, hdrs, offset_deltas, codec)
     header = bytearray(HEADER.pack(
         base_offset, HEADER_SIZE - LOG_OVERHEAD + len(body), NO_LEADER_EPOCH, MAGIC, 0, codec,
         last_offset_delta, base_ts, max_ts, producer_id, producer_epoch, base_sequence, count))
@@ -225,6 +253,14 @@ class RecordBatch:
         return self._field(_INT64, PRODUCER_ID_POS)
 
     @property
+    def producer_epoch(self) -> int:
+        return self._field(_INT16, PRODUCER_EPOCH_POS)
+
+    @property
+    def base_sequence(self) -> int:
+        return self._field(_INT32, BASE_SEQUENCE_POS)
+
+    @property
     def record_count(self) -> int:
         return self._field(_INT32, RECORD_COUNT_POS)
 
@@ -256,8 +292,8 @@ class RecordBatch:
             raise CorruptRecordError(f"batch_length {length} runs past the {available} bytes given")
         if max_bytes is not None and size > max_bytes:
             raise RecordTooLargeError(f"batch of {size} bytes exceeds max_message_bytes {max_bytes}")
-        if magic != MAGIC:
-            raise CorruptRecordError(f"unknown magic {magic} (expected {MAGIC})")
+        if magic not in READABLE_MAGICS:
+            raise CorruptRecordError(f"unknown magic {magic} (this version reads {sorted(READABLE_MAGICS)})")
         if count <= 0 or last_delta < count - 1:
             raise CorruptRecordError(f"record_count {count} does not fit last_offset_delta {last_delta}")
         if base_offset < 0:
@@ -275,24 +311,32 @@ class RecordBatch:
         """Decode the payload (trusts the header; call validate() on untrusted bytes)."""
         start = self.position + HEADER_SIZE
         end = self.position + self.size
-        return _payload.decode(memoryview(self.buf)[start:end], self.codec, self.record_count)
+        return _payload.decode(memoryview(self.buf)[start:end], self.codec, self.record_count, self.magic)
 
-    def offsets(self, cols: _payload.Columns) -> list[int]:
+    def offsets(self, cols: _payload.Columns) -> np.ndarray:
+        """int64 offset of each record."""
         base = self.base_offset
         if cols.offset_deltas is None:
-            return list(range(base, base + self.record_count))
-        return [base + d for d in cols.offset_deltas]
+            return np.arange(base, base + self.record_count, dtype=np.int64)
+        return base + cols.offset_deltas
 
-    def timestamps(self, cols: _payload.Columns) -> list[int]:
+    def timestamps(self, cols: _payload.Columns) -> np.ndarray:
+        """int64 timestamp (ms) of each record: the broker's for LogAppendTime."""
         if self.log_append_time:
-            return [self.max_timestamp] * self.record_count
-        base = self.base_timestamp
-        return [base + d for d in cols.timestamp_deltas]
+            return np.full(self.record_count, self.max_timestamp, dtype=np.int64)
+        return self.base_timestamp + cols.timestamp_deltas
 
     def stamp(self, base_offset: int, leader_epoch: int) -> None:
         """Write base_offset and leader_epoch in place; both sit outside the CRC."""
         _INT64.pack_into(self.buf, self.position + BASE_OFFSET_POS, base_offset)
         _INT32.pack_into(self.buf, self.position + LEADER_EPOCH_POS, leader_epoch)
+
+    def set_producer_state(self, producer_epoch: int, base_sequence: int) -> None:
+        """Stamp the producer epoch and first sequence (the producer assigns them when it first
+        sends the batch); both are inside the CRC, so it is recomputed."""
+        _INT16.pack_into(self.buf, self.position + PRODUCER_EPOCH_POS, producer_epoch)
+        _INT32.pack_into(self.buf, self.position + BASE_SEQUENCE_POS, base_sequence)
+        _UINT32.pack_into(self.buf, self.position + CRC_POS, self.compute_crc())
 
     def set_log_append_time(self, now_ms: int) -> None:
         """Mark the batch LogAppendTime with the broker's clock; this one does recompute the CRC."""

@@ -39,7 +39,7 @@ def build_offset_map(segments: list[Segment]) -> dict[bytes, int]:
     for seg in segments:
         for batch in seg.batches():
             cols = batch.columns()
-            last.update(zip(cols.keys, batch.offsets(cols)))
+            last.update(zip(cols.keys.to_pylist(), batch.offsets(cols).tolist()))
     return last
 
 
@@ -49,20 +49,21 @@ def _rewrite(seg: Segment, last: dict[bytes, int], drop_tombstones: bool) -> tup
     changed = False
     for batch in seg.batches():
         cols = batch.columns()
-        offsets = batch.offsets(cols)
-        keep = [i for i, (k, off) in enumerate(zip(cols.keys, offsets))
-                if last.get(k) == off and not (drop_tombstones and cols.values[i] is None)]
+        offsets = batch.offsets(cols).tolist()
+        keys, values = cols.keys.to_pylist(), cols.values.to_pylist()
+        keep = [i for i, (k, off) in enumerate(zip(keys, offsets))
+                if last.get(k) == off and not (drop_tombstones and values[i] is None)]
         if len(keep) == len(offsets):
             out.append(bytes(batch.buf[batch.position:batch.position + batch.size]))
             continue
         changed = True
         if not keep:
             continue
-        timestamps = batch.timestamps(cols)
+        timestamps = batch.timestamps(cols).tolist()
         base = batch.base_offset
         rebuilt = record_batch.build(
-            values=[cols.values[i] for i in keep],
-            keys=[cols.keys[i] for i in keep],
+            values=[values[i] for i in keep],
+            keys=[keys[i] for i in keep],
             timestamps_ms=[timestamps[i] for i in keep],
             headers=[cols.headers[i] for i in keep] if cols.headers is not None else None,
             compression="lz4" if batch.codec == record_batch._payload.CODEC_LZ4 else "none",
@@ -70,6 +71,8 @@ def _rewrite(seg: Segment, last: dict[bytes, int], drop_tombstones: bool) -> tup
             last_offset_delta=batch.last_offset_delta,
             base_offset=base,
             producer_id=batch.producer_id,
+            producer_epoch=batch.producer_epoch,
+            base_sequence=batch.base_sequence,
         )
         view = bytearray(rebuilt)
         record_batch.RecordBatch(view, 0).stamp(base, batch.leader_epoch)

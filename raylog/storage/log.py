@@ -141,7 +141,7 @@ class PartitionLog:
         while pos < len(buf):
             batch = RecordBatch(buf, pos)
             batch.validate(self.config.max_message_bytes, check_payload=check_payload and not compacted)
-            if compacted and None in batch.columns().keys:
+            if compacted and batch.columns().keys.null_count:
                 raise InvalidRecordError("compacted topics require a key on every record")
             infos.append(batch.info())
             pos += batch.size

@@ -27,6 +27,8 @@ import os
 import struct
 from pathlib import Path
 
+import numpy as np
+
 from raylog.config import TopicConfig
 from raylog.errors import CorruptRecordError
 from raylog.storage import files
@@ -261,9 +263,9 @@ class Segment:
         for batch in self.batches(start):
             if batch.max_timestamp >= timestamp:
                 cols = batch.columns()
-                for off, ts in zip(batch.offsets(cols), batch.timestamps(cols)):
-                    if ts >= timestamp:
-                        return off, ts
+                timestamps = batch.timestamps(cols)
+                i = int(np.argmax(timestamps >= timestamp))
+                return int(batch.offsets(cols)[i]), int(timestamps[i])
         return None
 
     # --- truncation, flush, close ------------------------------------------------

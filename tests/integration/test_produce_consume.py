@@ -99,7 +99,7 @@ def test_send_batch_spreads_unkeyed_records_and_consumer_reads_columns(cluster):
     while len(got) < len(values) and time.monotonic() < deadline:
         for chunk in consumer.poll_batch(timeout_ms=500):
             assert list(chunk.offsets) == sorted(chunk.offsets)
-            got.extend(chunk.values)
+            got.extend(chunk.value_list())
     assert sorted(got) == values
     producer.close()
 

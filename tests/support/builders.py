@@ -25,6 +25,7 @@ def read_all(log, start: int | None = None) -> list[tuple[int, bytes | None, byt
         for batch in rb.iter_batches(data):
             batch.validate()
             cols = batch.columns()
-            out += [(o, k, v) for o, k, v in zip(batch.offsets(cols), cols.keys, cols.values) if o >= offset]
+            out += [(o, k, v) for o, k, v in zip(batch.offsets(cols).tolist(), cols.keys.to_pylist(),
+                                                  cols.values.to_pylist()) if o >= offset]
             offset = batch.next_offset
     return out

@@ -3,7 +3,7 @@
 import pytest
 
 from actors.replica_state import DEDUP_WINDOW, ProducerStateTable, ReplicaState
-from raylog.errors import OutOfOrderSequenceError
+from raylog.errors import InvalidProducerEpochError, OutOfOrderSequenceError, RecordTooLargeError
 from raylog.protocol import ProduceResponse
 
 
@@ -76,5 +76,35 @@ def test_sequence_older_than_the_dedup_window_is_refused():
 def test_older_producer_epoch_is_fenced():
     table = ProducerStateTable()
     table.record(7, 3, 0, 1, response(0, 0))
-    with pytest.raises(OutOfOrderSequenceError):
+    with pytest.raises(InvalidProducerEpochError):
         table.check(7, 2, 1)
+
+
+def test_a_new_epoch_starts_again_at_sequence_zero():
+    """KIP-360: after a failure it cannot resolve, a producer bumps its epoch and restarts at 0."""
+    table = ProducerStateTable()
+    table.record(7, 0, 0, 50, response(0, 49))
+    assert table.check(7, 1, 0)[0] == ProducerStateTable.APPEND
+    assert table.check(7, 1, 10)[0] == ProducerStateTable.WAIT
+
+
+def test_a_rejected_batch_uses_up_its_sequence_so_the_next_batch_does_not_wait():
+    """Issue 12: one rejected batch must not poison its partition for the producer's lifetime."""
+    table = ProducerStateTable()
+    table.record(7, 0, 0, 1, response(0, 0))
+    rejected = RecordTooLargeError("too large")
+    table.record(7, 0, 1, 1, rejected)
+    assert table.check(7, 0, 2)[0] == ProducerStateTable.APPEND
+    verdict, previous = table.check(7, 0, 1)
+    assert verdict == ProducerStateTable.DUPLICATE and previous is rejected, "a retry gets the same error"
+
+
+def test_sequences_wrap_after_two_to_the_31():
+    table = ProducerStateTable()
+    last = 2**31 - 5
+    table.record(7, 0, last, 5, response(0, 4))
+    assert table.check(7, 0, 0)[0] == ProducerStateTable.APPEND, "after 2**31 - 1 comes 0"
+    assert table.check(7, 0, 3)[0] == ProducerStateTable.WAIT, "a batch past the wrap is ahead, not behind"
+    assert table.check(7, 0, last)[0] == ProducerStateTable.DUPLICATE
+    table.record(7, 0, 0, 10, response(5, 14))
+    assert table.check(7, 0, 10)[0] == ProducerStateTable.APPEND

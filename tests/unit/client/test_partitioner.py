@@ -1,8 +1,12 @@
 """Keys land where Kafka would put them: murmur2 against Kafka's own test vectors."""
 
-import pytest
+import random
 
-from raylog.partitioner import StickyPartitioner, murmur2, partition_for_key
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from raylog.partitioner import StickyPartitioner, murmur2, murmur2_many, partition_for_key, partitions_for_keys
 
 KAFKA_UTILS_TEST_VECTORS = {
     b"21": -973932308,
@@ -30,3 +34,20 @@ def test_sticky_partitioner_moves_to_another_partition_when_its_batch_closes():
     assert sticky.partition("t", 5) == first
     sticky.on_new_batch("t", 5, first)
     assert sticky.partition("t", 5) != first
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(min_size=0, max_size=300), min_size=0, max_size=80))
+def test_vectorized_murmur2_equals_the_reference_for_keys_of_any_length(keys):
+    assert murmur2_many(keys).tolist() == [murmur2(k) for k in keys]
+
+
+def test_vectorized_murmur2_matches_kafka_vectors_in_one_call():
+    keys = list(KAFKA_UTILS_TEST_VECTORS) * 5
+    assert murmur2_many(keys).tolist() == [KAFKA_UTILS_TEST_VECTORS[k] for k in keys]
+
+
+def test_partitions_for_keys_is_positive_murmur2_modulo_partitions(seed):
+    rng = random.Random(seed)
+    keys = [rng.randbytes(rng.randint(1, 24)) for _ in range(1000)]
+    assert partitions_for_keys(keys, 6).tolist() == [partition_for_key(k, 6) for k in keys]

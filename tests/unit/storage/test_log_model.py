@@ -53,8 +53,11 @@ class LogMachine(RuleBasedStateMachine):
         if offset == self.model.log_end_offset:
             assert buf == b""
         else:
-            assert batches and batches[0].base_offset <= offset <= batches[0].last_offset or \
-                batches[0].base_offset >= offset
+            assert batches, "a read below the log end returns at least one batch"
+            assert batches[0].base_offset <= offset <= batches[0].last_offset, \
+                "the first batch returned holds the offset asked for: no batch is skipped"
+            for before, after in zip(batches, batches[1:]):
+                assert after.base_offset == before.last_offset + 1, "batches follow each other without a gap"
             assert sum(b.size for b in batches) == len(buf)
             assert len(batches) == 1 or len(buf) <= max_bytes
 

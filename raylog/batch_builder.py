@@ -1,0 +1,242 @@
+"""Cutting a closed stage of records into partition batches, and encoding them.
+
+One pass per stage, vectorized over its records:
+
+1. Partition: an explicit partition wins; keyed records get
+   ``murmur2(key) % partitions`` for all keys in one numpy call; unkeyed
+   records are cut into runs of about batch_size bytes, the first run to the
+   sticky partition and the next ones round-robin after it (KIP-480: one
+   partition per batch, moving on when the batch closes).
+2. Group by partition, keeping send order inside each group (stable sort).
+3. Cut each group into batches by bytes: a batch closes before it would pass
+   batch_size, and never passes the hard limit, min(the topic's
+   max_message_bytes, max_request_size), even if lz4 expanded it. A record
+   that alone would pass the hard limit gets a batch of its own; if it is
+   still too large once encoded, it fails alone with RecordTooLargeError.
+4. Encode each batch (batch.build_columns) with the producer id; epoch and
+   sequence are stamped when the sender first sends it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from raylog.accumulator import Stage
+from raylog.config import ProducerConfig
+from raylog.errors import RecordTooLargeError
+from raylog.partitioner import StickyPartitioner, partitions_for_keys
+from raylog.records import TopicPartition
+from raylog.storage import batch as record_batch
+from raylog.storage.payload import BinaryColumn
+
+RECORD_OVERHEAD_BYTES = 16
+"""Payload bytes per record beyond key and value: two int32 offsets and an int64 timestamp delta."""
+BATCH_OVERHEAD_BYTES = record_batch.HEADER_SIZE + 256
+"""Batch header, payload header and alignment padding, rounded up."""
+
+
+def headers_size(headers) -> int:
+    """Upper bound of a record's headers in the payload's msgpack (names, values, framing)."""
+    return sum(len(k) + (len(v) if v is not None else 0) + 16 for k, v in headers) + 8
+
+
+def record_size(key, value, headers) -> int:
+    """The bytes a record reserves in buffer_memory and counts toward its batch's size."""
+    size = RECORD_OVERHEAD_BYTES
+    if key is not None:
+        size += len(key)
+    if value is not None:
+        size += len(value)
+    if headers:
+        size += headers_size(headers)
+    return size
+
+
+def lz4_bound(nbytes: int) -> int:
+    """Largest lz4 block output for ``nbytes`` of input (LZ4_compressBound) plus its size prefix."""
+    return nbytes + nbytes // 255 + 16 + 4
+
+
+class ProducerBatch:
+    """One encoded batch for one partition: what the sender ships, retries and completes."""
+
+    __slots__ = ("tp", "result", "indices", "records", "count", "nbytes", "created", "attempts",
+                 "retry_at", "epoch", "base_sequence", "order", "sent_at", "ever_sent", "error")
+
+    def __init__(self, tp: TopicPartition, result, indices: np.ndarray, records: bytearray | None, nbytes: int,
+                 created: float, order: int):
+        self.tp = tp
+        self.result = result
+        self.indices = indices
+        """Positions of this batch's records in the stage (and its result)."""
+        self.records = records
+        self.count = len(indices)
+        self.nbytes = nbytes
+        """Bytes reserved in buffer_memory for these records, released when the batch completes."""
+        self.created = created
+        self.attempts = 0
+        self.retry_at = 0.0
+        self.epoch = -1
+        self.base_sequence = -1
+        """-1 until first sent: sequences are assigned in send order, so a batch that never leaves
+        the producer never opens a gap in the partition's sequence."""
+        self.order = order
+        """Position among this producer's batches for the partition: retries go back in this order."""
+        self.sent_at = 0.0
+        self.ever_sent = False
+        self.error: BaseException | None = None
+        """Set when the batch failed before it could be sent (a record too large once encoded)."""
+
+
+def _lengths(items, nulls: int) -> np.ndarray:
+    if nulls == len(items):
+        return np.zeros(len(items), dtype=np.int64)
+    if nulls:
+        return np.fromiter((0 if x is None else len(x) for x in items), dtype=np.int64, count=len(items))
+    return np.fromiter(map(len, items), dtype=np.int64, count=len(items))
+
+
+def _take(items, idx: np.ndarray, contiguous: bool) -> list:
+    if contiguous:
+        return items[int(idx[0]):int(idx[-1]) + 1]
+    return [items[i] for i in idx.tolist()]
+
+
+class BatchBuilder:
+    """Owned by the sender thread (not thread-safe): its sticky partitions and batch order."""
+
+    def __init__(self, config: ProducerConfig, producer_id: int):
+        self.config = config
+        self.producer_id = producer_id if config.enable_idempotence else record_batch.NO_PRODUCER_ID
+        self.sticky = StickyPartitioner()
+        self._order = 0
+
+    def hard_limit(self, stage: Stage) -> int:
+        return min(stage.info.max_message_bytes, self.config.max_request_size)
+
+    def cut(self, stage: Stage) -> list[ProducerBatch]:
+        """The stage's records as encoded partition batches, in send order per partition; also
+        tells the stage's result which partition each record went to."""
+        n = len(stage.values)
+        keys, values = stage.keys, stage.values
+        value_nulls = values.count(None)
+        value_lengths = _lengths(values, value_nulls)
+        key_nulls = keys.count(None) if stage.keyed else n
+        key_lengths = _lengths(keys, key_nulls)
+        sizes = value_lengths + key_lengths + RECORD_OVERHEAD_BYTES
+        if stage.headers is not None:
+            sizes += np.fromiter((headers_size(h) if h else 0 for h in stage.headers), dtype=np.int64, count=n)
+        parts = self._partitions(stage, n, key_nulls, key_lengths, sizes)
+        limit = self.hard_limit(stage)
+        budget = max(1, (limit - BATCH_OVERHEAD_BYTES) * 255 // 256 - 64)
+        target = min(self.config.batch_size, budget)
+        timestamps = (np.full(n, stage.timestamps, dtype=np.int64) if isinstance(stage.timestamps, int)
+                      else np.fromiter(stage.timestamps, dtype=np.int64, count=n))
+        columns = _Columns(stage, value_lengths, 0 if value_nulls == 0 else None,
+                           key_lengths, n if key_nulls == n else (0 if key_nulls == 0 else None), timestamps)
+        batches: list[ProducerBatch] = []
+        for p, idx, contiguous in _groups(parts):
+            tp = TopicPartition(stage.topic, p)
+            for piece, piece_contiguous in _pieces(idx, sizes, target, contiguous):
+                batches.append(self._encode(columns, tp, piece, piece_contiguous, sizes, limit))
+        # Give the stage's reserved bytes back exactly: the last batch takes the rounding.
+        reserved = sum(b.nbytes for b in batches)
+        if batches:
+            batches[-1].nbytes += stage.nbytes - reserved
+        stage.result.set_batches(parts.tolist(), len(batches))
+        return batches
+
+    def _partitions(self, stage: Stage, n: int, key_nulls: int, key_lengths: np.ndarray,
+                    sizes: np.ndarray) -> np.ndarray:
+        num = stage.info.num_partitions
+        keys = stage.keys
+        parts = (np.asarray(stage.partitions, dtype=np.int64) if stage.partitions is not None
+                 else np.full(n, -1, dtype=np.int64))
+        if key_nulls < n:
+            if key_nulls == 0 and stage.partitions is None:
+                parts = partitions_for_keys(keys, num, key_lengths)
+            else:
+                keyed = np.flatnonzero((parts == -1) & (key_lengths > 0)) if key_nulls == 0 else np.flatnonzero(
+                    (parts == -1) & np.fromiter((k is not None for k in keys), dtype=bool, count=n))
+                if len(keyed):
+                    parts[keyed] = partitions_for_keys(_take(keys, keyed, False), num, key_lengths[keyed])
+        rest = np.flatnonzero(parts == -1)
+        if len(rest):
+            # Unkeyed records: runs of about batch_size bytes, sticky first, then round-robin.
+            start = self.sticky.partition(stage.topic, num)
+            run = np.cumsum(sizes[rest]) // max(1, self.config.batch_size)
+            parts[rest] = (start + run) % num
+            self.sticky.on_new_batch(stage.topic, num, int(parts[rest[-1]]))
+        return parts
+
+    def _encode(self, columns: "_Columns", tp: TopicPartition, idx: np.ndarray, contiguous: bool,
+                sizes: np.ndarray, limit: int) -> ProducerBatch:
+        stage = columns.stage
+        self._order += 1
+        nbytes = int(sizes[idx].sum())
+        batch = ProducerBatch(tp, stage.result, idx, None, nbytes, stage.created, self._order)
+        keys = (BinaryColumn.nulls(len(idx)) if columns.key_nulls == len(stage.values)
+                else BinaryColumn.from_pylist(_take(stage.keys, idx, contiguous), columns.key_lengths[idx],
+                                              columns.key_nulls))
+        values = BinaryColumn.from_pylist(_take(stage.values, idx, contiguous), columns.value_lengths[idx],
+                                          columns.value_nulls)
+        headers = None
+        if stage.headers is not None:
+            headers = list(_take(stage.headers, idx, contiguous))
+        encoded = record_batch.build_columns(
+            keys, values, columns.timestamps[idx], headers, self.config.compression_type,
+            producer_id=self.producer_id, producer_epoch=0 if self.producer_id >= 0 else -1,
+            base_sequence=0 if self.producer_id >= 0 else -1)
+        if len(encoded) > limit:
+            setting = ("the topic's max_message_bytes" if limit == stage.info.max_message_bytes
+                       else "the producer's max_request_size")
+            batch.error = RecordTooLargeError(
+                f"a record of {nbytes - RECORD_OVERHEAD_BYTES} bytes encodes to a {len(encoded)}-byte batch, "
+                f"over {setting} of {limit} bytes (topic {stage.topic!r})")
+            return batch
+        batch.records = bytearray(encoded)
+        return batch
+
+
+class _Columns:
+    """A stage's per-record lengths and timestamps, computed once for all its batches."""
+
+    __slots__ = ("stage", "value_lengths", "value_nulls", "key_lengths", "key_nulls", "timestamps")
+
+    def __init__(self, stage, value_lengths, value_nulls, key_lengths, key_nulls, timestamps):
+        self.stage = stage
+        self.value_lengths = value_lengths
+        self.value_nulls = value_nulls
+        """0 when no value is null (so no batch of the stage has a null value), else None: count."""
+        self.key_lengths = key_lengths
+        self.key_nulls = key_nulls
+        """The stage's record count when every key is null, 0 when none is, else None: count."""
+        self.timestamps = timestamps
+
+
+def _groups(parts: np.ndarray):
+    """(partition, record indices in send order, whether they are one contiguous range)."""
+    n = len(parts)
+    if n and (parts == parts[0]).all():
+        yield int(parts[0]), np.arange(n), True
+        return
+    order = np.argsort(parts, kind="stable")
+    ordered = parts[order]
+    bounds = np.flatnonzero(np.diff(ordered)) + 1
+    for idx in np.split(order, bounds):
+        yield int(parts[idx[0]]), idx, False
+
+
+def _pieces(idx: np.ndarray, sizes: np.ndarray, target: int, contiguous: bool):
+    """Cut ``idx`` into runs whose sizes sum to at most ``target`` (a larger record runs alone)."""
+    cum = np.cumsum(sizes[idx])
+    if cum[-1] <= target:
+        yield idx, contiguous
+        return
+    start, m, before = 0, len(idx), 0
+    while start < m:
+        end = int(np.searchsorted(cum, before + target, side="right"))
+        end = max(end, start + 1)
+        yield idx[start:end], contiguous
+        before = int(cum[end - 1])
+        start = end
