@@ -88,6 +88,39 @@ class IllegalStateError(RaylogError):
     """The call is not allowed in the object's current state (closed producer, unassigned partition)."""
 
 
+class CommitFailedError(RaylogError):
+    """A commit the group coordinator refused: the member's epoch is fenced or stale, or the member
+    no longer owns the partition (it moved to another member). kafka-python's name."""
+
+
+class UnknownMemberIdError(RaylogError):
+    """The group has no member with this id (it left, timed out, or never joined)."""
+
+
+class FencedMemberEpochError(RaylogError):
+    """The member's epoch is fenced (KIP-848): it lost its partitions and must rejoin with epoch 0."""
+
+
+class StaleMemberEpochError(CommitFailedError):
+    """A commit or request carries a member epoch older than the member's current one."""
+
+
+class UnreleasedInstanceIdError(RaylogError):
+    """A static member (group_instance_id) joined while another live member holds that instance id."""
+
+
+class GroupIdNotFoundError(RaylogError):
+    """No consumer group has this id."""
+
+
+class NonEmptyGroupError(RaylogError):
+    """The operation needs the group to have no members (deleting it, resetting its offsets)."""
+
+
+class InvalidGroupIdError(RaylogError):
+    """A group id that is empty or not a string."""
+
+
 # --- the cluster: may succeed when retried ------------------------------------
 
 
@@ -124,6 +157,12 @@ class KafkaTimeoutError(RaylogError):
 
 class LogDirError(RaylogError):
     """The partition's directory cannot be opened, written or recovered."""
+
+
+class CoordinatorNotAvailableError(RaylogError):
+    """The group's coordinator actor is dead, restarting or still loading its offsets partition."""
+
+    retriable = True
 
 
 class ControllerNotAvailableError(RaylogError):
