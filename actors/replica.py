@@ -24,7 +24,7 @@ from actors.replica_state import ProducerStateTable, ReplicaState
 from raylog import memory
 from raylog.config import TopicConfig
 from raylog.errors import OffsetOutOfRangeError, OutOfOrderSequenceError, RaylogError
-from raylog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchResponse, ProduceResponse
+from raylog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ProduceResponse
 from raylog.storage.batch import HEADER_SIZE, NO_PRODUCER_ID, RecordBatch
 from raylog.storage.log import PartitionLog
 
@@ -97,8 +97,9 @@ class PartitionReplica:
 
     # --- requests -----------------------------------------------------------------------
 
-    async def produce(self, records, acks: int = 1, leader_epoch: int | None = None) -> ProduceResponse:
-        """Append one producer batch (a bytes-like buffer) and return where it landed.
+    async def produce(self, records, acks: int = 1, leader_epoch: int | None = None) -> tuple:
+        """Append one producer batch (a bytes-like buffer) and return where it landed, as a
+        ProduceResponse tuple (see protocol.py for why a plain tuple).
 
         Idempotent batches (producer id set) are appended once, in sequence
         order: a retry returns the first append's response (or the error that
@@ -132,8 +133,8 @@ class PartitionReplica:
             if verdict == ProducerStateTable.DUPLICATE:
                 if isinstance(previous, BaseException):
                     raise previous
-                return ProduceResponse(previous.base_offset, previous.last_offset,
-                                       previous.log_append_time_ms, self.log.log_start_offset, True)
+                return (previous.base_offset, previous.last_offset, previous.log_append_time_ms,
+                        self.log.log_start_offset, True)
             try:
                 response = self._append(records)
             except RaylogError as exc:
@@ -143,19 +144,18 @@ class PartitionReplica:
                 self.producers.record(pid, epoch, base_seq, count, exc)
                 self._sequence_moved.notify_all()
                 raise
-            self.producers.record(pid, epoch, base_seq, count, response)
+            self.producers.record(pid, epoch, base_seq, count, ProduceResponse._make(response))
             self._sequence_moved.notify_all()
             return response
 
-    def _append(self, records) -> ProduceResponse:
+    def _append(self, records) -> tuple:
         info = self.log.append(records, self.state.leader_epoch)
         self.state.on_leader_append(self.log.log_end_offset)
         self._appended.set()
         self._appended = asyncio.Event()
-        return ProduceResponse(info.base_offset, info.last_offset, info.log_append_time_ms,
-                               self.log.log_start_offset)
+        return (info.base_offset, info.last_offset, info.log_append_time_ms, self.log.log_start_offset, False)
 
-    async def fetch(self, offset: int, max_bytes: int, max_wait_ms: int = 0, min_bytes: int = 1) -> FetchResponse:
+    async def fetch(self, offset: int, max_bytes: int, max_wait_ms: int = 0, min_bytes: int = 1) -> tuple:
         """Whole batches from ``offset`` up to the high watermark; waits up to ``max_wait_ms``
         for ``min_bytes``. Raises OffsetOutOfRangeError outside [log_start, log_end]."""
         self._start_background()
@@ -170,8 +170,8 @@ class PartitionReplica:
                 await asyncio.wait_for(event.wait(), remaining)
             except asyncio.TimeoutError:
                 pass
-        return FetchResponse(np.frombuffer(data, dtype=np.uint8), self.state.high_watermark,
-                             self.log.log_start_offset, self.log.log_end_offset)
+        return (np.frombuffer(data, dtype=np.uint8), self.state.high_watermark, self.log.log_start_offset,
+                self.log.log_end_offset)
 
     async def list_offsets(self, timestamp: int) -> tuple[int, int]:
         """(offset, timestamp) for EARLIEST_TIMESTAMP, LATEST_TIMESTAMP or a time in ms;

@@ -1,13 +1,22 @@
-"""Client benchmark: one producer and one consumer, 100-byte records, RF=1, on a local Ray.
+"""Client benchmark: the producer's and consumer's paths, 100-byte records, RF=1, on a local Ray.
 
-Rows: producer records/s with send_batch and with per-record send(); consumer
-records/s through the column view (poll_batch); end-to-end latency p50/p99/p99.9
-at low load (one record at a time, linger_ms=0). In the same run, Ray's own
-ray.util.queue.Queue with put_nowait_batch/get_nowait_batch moves the same
-records as the Ray-native baseline; raylog/queue ratios are printed. Medians
-of --runs runs.
+Rows (records/s unless noted), each the median of --runs runs:
 
-    python -m bench.client_bench [--records 1000000] [--runs 3] [--partitions 4]
+- producer ``send_batch`` (the vectorized path)
+- producer ``send()`` of unkeyed records, then ``flush()``
+- producer ``send(key=...)`` of keyed records (random 1-24-byte keys) and ``get()`` of every future
+- consumer ``poll_batch`` (column views, no object per record)
+- consumer ``poll()`` iterating every ConsumerRecord
+- end-to-end latency p50/p99/p99.9 in ms at 1,000 records/s (one record sent every ms, each
+  consumed before the next), quiet and with a second process keeping one core busy
+
+In the same run, Ray's own ``ray.util.queue.Queue`` moves the same records with
+put_nowait_batch/get_nowait_batch: the Ray-native baseline, printed as a ratio. Records
+are random uppercase letters, as Kafka's ProducerPerformance fills them. Each row also
+prints the CPU the driver process spent per record (the producer and consumer live
+there; the rest of the machine's two cores go to replicas and Ray).
+
+    python -m bench.client_bench [--records 200000] [--partitions 6] [--runs 3]
 """
 
 from __future__ import annotations
@@ -15,8 +24,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -33,56 +45,108 @@ def make_values(n: int, seed: int = 0) -> list[bytes]:
     return [buf[i * RECORD_BYTES:(i + 1) * RECORD_BYTES] for i in range(n)]
 
 
-def produce_batch(cluster, topic: str, values: list[bytes], chunk: int = 100_000) -> float:
-    producer = cluster.producer(acks=1)
-    start = time.perf_counter()
-    futures = [producer.send_batch(topic, values[i:i + chunk]) for i in range(0, len(values), chunk)]
-    for f in futures:
-        f.wait(timeout=300)
-    elapsed = time.perf_counter() - start
+def make_keys(n: int, seed: int = 1) -> list[bytes]:
+    rng = random.Random(seed)
+    return [rng.randbytes(rng.randint(1, 24)) for _ in range(n)]
+
+
+def process_cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+class Timed:
+    """Wall time and this process's CPU time of a block."""
+
+    def __enter__(self) -> "Timed":
+        self.cpu, self.wall = process_cpu_s(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.wall = time.perf_counter() - self.wall
+        self.cpu = process_cpu_s() - self.cpu
+
+
+def produce_batch(cluster, topic: str, values: list[bytes], chunk: int = 100_000) -> Timed:
+    producer = cluster.producer()
+    with Timed() as t:
+        futures = [producer.send_batch(topic, values[i:i + chunk]) for i in range(0, len(values), chunk)]
+        for f in futures:
+            f.wait(timeout=300)
     producer.close()
-    return len(values) / elapsed
+    return t
 
 
-def produce_per_record(cluster, topic: str, values: list[bytes]) -> float:
-    producer = cluster.producer(acks=1, linger_ms=5)
+def produce_per_record(cluster, topic: str, values: list[bytes]) -> Timed:
+    producer = cluster.producer()
     send = producer.send
-    start = time.perf_counter()
-    for v in values:
-        send(topic, v)
-    producer.flush(timeout=300)
-    elapsed = time.perf_counter() - start
+    with Timed() as t:
+        for v in values:
+            send(topic, v)
+        producer.flush(timeout=300)
     producer.close()
-    return len(values) / elapsed
+    return t
 
 
-def consume_columns(cluster, topic: str, expected: int) -> float:
+def produce_keyed_and_get(cluster, topic: str, values: list[bytes], keys: list[bytes]) -> Timed:
+    producer = cluster.producer()
+    send = producer.send
+    with Timed() as t:
+        futures = [send(topic, v, key=k) for v, k in zip(values, keys)]
+        for f in futures:
+            f.get(timeout=300)
+    producer.close()
+    return t
+
+
+def consume_columns(cluster, topic: str, expected: int) -> Timed:
     consumer = cluster.consumer(topic, auto_offset_reset="earliest")
     n = 0
-    start = time.perf_counter()
-    while n < expected:
-        for chunk in consumer.poll_batch(timeout_ms=5000):
-            n += len(chunk)
-    elapsed = time.perf_counter() - start
+    with Timed() as t:
+        while n < expected:
+            for chunk in consumer.poll_batch(timeout_ms=5000):
+                n += len(chunk)
     consumer.close()
-    return n / elapsed
+    return t
 
 
-def e2e_latency_ms(cluster, topic: str, samples: int) -> list[float]:
+def consume_records(cluster, topic: str, expected: int) -> Timed:
+    consumer = cluster.consumer(topic, auto_offset_reset="earliest")
+    n = 0
+    with Timed() as t:
+        while n < expected:
+            for records in consumer.poll(timeout_ms=5000).values():
+                for _record in records:
+                    n += 1
+    consumer.close()
+    return t
+
+
+def e2e_latency_ms(cluster, topic: str, samples: int, rate_per_s: int = 1000) -> list[float]:
+    """Send one record, wait until the consumer has it, pace to ``rate_per_s``."""
     producer = cluster.producer(acks=1, linger_ms=0)
     consumer = cluster.consumer(topic, auto_offset_reset="latest", fetch_max_wait_ms=1000)
     consumer.poll(timeout_ms=100)
+    value = b"x" * RECORD_BYTES
     latencies = []
-    for _ in range(samples):
+    period = 1 / rate_per_s
+    next_send = time.perf_counter()
+    for _ in range(samples + samples // 10):
         start = time.perf_counter()
-        producer.send(topic, b"x" * RECORD_BYTES, partition=0)
+        producer.send(topic, value, partition=0)
         got = 0
         while not got:
             got = sum(len(c) for c in consumer.poll_batch(timeout_ms=1000))
         latencies.append((time.perf_counter() - start) * 1000)
+        next_send += period
+        pause = next_send - time.perf_counter()
+        if pause > 0:
+            time.sleep(pause)
+        else:
+            next_send = time.perf_counter()
     producer.close()
     consumer.close()
-    return latencies
+    return latencies[samples // 10:]  # the first tenth warms up
 
 
 def ray_queue_baseline(values: list[bytes], chunk: int = 100_000) -> tuple[float, float]:
@@ -102,6 +166,15 @@ def ray_queue_baseline(values: list[bytes], chunk: int = 100_000) -> tuple[float
     return put_rate, get_rate
 
 
+ROWS = [
+    ("send_batch", "producer send_batch"),
+    ("send", "producer send() unkeyed"),
+    ("send_keyed_get", "producer send(key) + get() each"),
+    ("poll_batch", "consumer poll_batch columns"),
+    ("poll_records", "consumer poll() each record"),
+]
+
+
 def run(records: int, runs: int, partitions: int, latency_samples: int, baseline: bool = True) -> dict:
     import ray
 
@@ -110,67 +183,81 @@ def run(records: int, runs: int, partitions: int, latency_samples: int, baseline
     data_root = tempfile.mkdtemp(prefix="raylog-bench-")
     cluster = raylog.connect(data_root=data_root, num_cpus=2)
     values = make_values(records)
-    rows: dict[str, list[float]] = {k: [] for k in (
-        "send_batch_records_per_s", "send_records_per_s", "consume_records_per_s",
-        "queue_put_records_per_s", "queue_get_records_per_s")}
-    latencies: list[float] = []
+    keys = make_keys(records)
+    rates: dict[str, list[float]] = {name: [] for name, _ in ROWS}
+    cpu: dict[str, list[float]] = {name: [] for name, _ in ROWS}
+    queue_rates: dict[str, list[float]] = {"put": [], "get": []}
+    latency: dict[str, list[float]] = {}
     try:
-        for _ in range(runs):
-            topic = f"bench-{uuid.uuid4().hex[:6]}"
-            cluster.admin().create_topic(topic, partitions)
-            rows["send_batch_records_per_s"].append(produce_batch(cluster, topic, values))
-            rows["consume_records_per_s"].append(consume_columns(cluster, topic, records))
-            per_record = values[: max(1, records // 4)]
-            topic2 = f"bench-{uuid.uuid4().hex[:6]}"
-            cluster.admin().create_topic(topic2, partitions)
-            rows["send_records_per_s"].append(produce_per_record(cluster, topic2, per_record))
+        topics = [f"bench-{uuid.uuid4().hex[:6]}" for _ in range(3 * runs)]
+        for t in topics:
+            cluster.admin().create_topic(t, partitions)
+        time.sleep(2)  # let the raylet finish starting the replica processes before timing anything
+
+        def record(name: str, t: Timed) -> None:
+            rates[name].append(records / t.wall)
+            cpu[name].append(t.cpu / records * 1e6)
+
+        for r in range(runs):
+            batch_topic, send_topic, keyed_topic = topics[3 * r:3 * r + 3]
+            record("send_batch", produce_batch(cluster, batch_topic, values))
+            record("send", produce_per_record(cluster, send_topic, values))
+            record("send_keyed_get", produce_keyed_and_get(cluster, keyed_topic, values, keys))
+            record("poll_batch", consume_columns(cluster, batch_topic, records))
+            record("poll_records", consume_records(cluster, keyed_topic, records))
             if baseline:
                 put, get = ray_queue_baseline(values)
-                rows["queue_put_records_per_s"].append(put)
-                rows["queue_get_records_per_s"].append(get)
-            cluster.admin().delete_topics([topic, topic2])
+                queue_rates["put"].append(put)
+                queue_rates["get"].append(get)
+            cluster.admin().delete_topics([batch_topic, send_topic, keyed_topic])
         if latency_samples:
             topic = f"bench-lat-{uuid.uuid4().hex[:6]}"
             cluster.admin().create_topic(topic, 1)
-            latencies = e2e_latency_ms(cluster, topic, latency_samples)
+            latency["quiet"] = e2e_latency_ms(cluster, topic, latency_samples)
+            busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            try:
+                latency["busy"] = e2e_latency_ms(cluster, topic, latency_samples)
+            finally:
+                busy.kill()
+                busy.wait()
     finally:
         ray.shutdown()
         shutil.rmtree(data_root, ignore_errors=True)
-    med = {k: statistics.median(v) for k, v in rows.items() if v}
-    mb = RECORD_BYTES / 1e6
+
+    med = {name: statistics.median(v) for name, v in rates.items()}
     print(f"client bench: {records:,} x {RECORD_BYTES}-byte records, {partitions} partitions, RF=1, "
-          f"median of {runs} runs")
-    print(f"  producer send_batch  {med['send_batch_records_per_s']:>12,.0f} records/s "
-          f"{med['send_batch_records_per_s'] * mb:7.1f} MB/s")
-    print(f"  producer send()      {med['send_records_per_s']:>12,.0f} records/s "
-          f"{med['send_records_per_s'] * mb:7.1f} MB/s")
-    print(f"  consumer poll_batch  {med['consume_records_per_s']:>12,.0f} records/s "
-          f"{med['consume_records_per_s'] * mb:7.1f} MB/s")
+          f"median of {runs} runs (driver CPU per record in brackets)")
+    for name, label in ROWS:
+        print(f"  {label:34s} {med[name]:>12,.0f} records/s  [{statistics.median(cpu[name]):.2f} us]")
     if baseline:
-        print(f"  ray Queue put_nowait_batch {med['queue_put_records_per_s']:>12,.0f} records/s  "
-              f"(raylog send_batch = {med['send_batch_records_per_s'] / med['queue_put_records_per_s']:.2f}x)")
-        print(f"  ray Queue get_nowait_batch {med['queue_get_records_per_s']:>12,.0f} records/s  "
-              f"(raylog consumer = {med['consume_records_per_s'] / med['queue_get_records_per_s']:.2f}x)")
-    if latencies:
-        p50, p99, p999 = np.percentile(latencies, [50, 99, 99.9])
-        med.update(e2e_p50_ms=p50, e2e_p99_ms=p99, e2e_p999_ms=p999)
-        print(f"  end-to-end latency   p50 {p50:.2f} ms  p99 {p99:.2f} ms  p99.9 {p999:.2f} ms "
-              f"({len(latencies)} samples)")
+        qput, qget = statistics.median(queue_rates["put"]), statistics.median(queue_rates["get"])
+        print(f"  ray Queue put_nowait_batch         {qput:>12,.0f} records/s  "
+              f"(raylog send_batch = {med['send_batch'] / qput:.2f}x)")
+        print(f"  ray Queue get_nowait_batch         {qget:>12,.0f} records/s  "
+              f"(raylog poll_batch = {med['poll_batch'] / qget:.2f}x)")
+        med.update(queue_put=qput, queue_get=qget)
+    for mode, samples in latency.items():
+        p50, p99, p999 = np.percentile(samples, [50, 99, 99.9])
+        med[f"e2e_{mode}_ms"] = [p50, p99, p999]
+        print(f"  end-to-end at 1,000 rec/s, {mode:5s}  p50 {p50:.2f} ms  p99 {p99:.2f} ms  p99.9 {p999:.2f} ms "
+              f"({len(samples)} samples)")
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
-    (out / "client.json").write_text(json.dumps({"median": med, "runs": rows}, indent=2))
+    (out / "client.json").write_text(json.dumps(
+        {"median": med, "runs": rates, "driver_cpu_us_per_record": cpu, "queue": queue_rates}, indent=2))
     return med
 
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--latency-samples", type=int, default=2000)
+    parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument("--latency-samples", type=int, default=3000)
+    parser.add_argument("--no-baseline", action="store_true")
     args = parser.parse_args(argv)
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    return run(args.records, args.runs, args.partitions, args.latency_samples)
+    return run(args.records, args.runs, args.partitions, args.latency_samples, not args.no_baseline)
 
 
 if __name__ == "__main__":

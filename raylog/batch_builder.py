@@ -194,7 +194,7 @@ class BatchBuilder:
                 f"a record of {nbytes - RECORD_OVERHEAD_BYTES} bytes encodes to a {len(encoded)}-byte batch, "
                 f"over {setting} of {limit} bytes (topic {stage.topic!r})")
             return batch
-        batch.records = bytearray(encoded)
+        batch.records = encoded
         return batch
 
 

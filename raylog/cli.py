@@ -66,9 +66,11 @@ def cmd_topics(args) -> int:
 
 
 def cmd_produce(args) -> int:
+    """Send stdin's lines in chunks; the producer's buffer_memory bounds what is held in memory, and
+    failures are counted by an errback instead of keeping a future per chunk for all of stdin."""
     producer = _connect(args).producer()
     sent = 0
-    futures = []
+    failures: list[BaseException] = []
     bar = _progress(args)
 
     def send(lines):
@@ -78,8 +80,9 @@ def cmd_produce(args) -> int:
             split = [line.split(args.key_separator, 1) for line in lines]
             keys = [s[0].encode() if len(s) == 2 else None for s in split]
             lines = [s[-1] for s in split]
-        futures.append(producer.send_batch(args.topic, [line.encode() for line in lines], keys=keys,
-                                           partition=args.partition))
+        future = producer.send_batch(args.topic, [line.encode() for line in lines], keys=keys,
+                                     partition=args.partition)
+        future.add_errback(failures.append)
         sent += len(lines)
         bar.update(len(lines))
 
@@ -91,10 +94,11 @@ def cmd_produce(args) -> int:
             chunk = []
     if chunk:
         send(chunk)
-    for f in futures:
-        f.wait(timeout=120)
+    producer.flush(timeout=120)
     producer.close()
     bar.close()
+    if failures:
+        raise failures[0]
     print(f"produced {sent} records", file=sys.stderr)
     return 0
 

@@ -103,15 +103,19 @@ class Fetcher:
 
     def send_fetches(self) -> None:
         now = time.monotonic()
-        cap = self.config.fetch_max_bytes
-        for tp, st in self.states.items():
-            if (st.paused or st.in_flight is not None or st.position is None or st.error is not None
-                    or st.retry_at > now):
-                continue
-            budget = min(self.config.max_partition_fetch_bytes, cap - self.buffered_bytes)
-            if budget < min(MIN_FETCH_BYTES, self.config.max_partition_fetch_bytes) and self._refs:
-                continue
-            budget = max(budget, 1)
+        wanting = [(tp, st) for tp, st in self.states.items()
+                   if not (st.paused or st.in_flight is not None or st.position is None or st.error is not None
+                           or st.retry_at > now)]
+        if not wanting:
+            return
+        # What is left of fetch_max_bytes is shared evenly by the partitions that want a fetch now,
+        # so one partition's long poll at its log end cannot hold the whole budget.
+        share = (self.config.fetch_max_bytes - self.buffered_bytes) // len(wanting)
+        budget = min(self.config.max_partition_fetch_bytes, share)
+        if budget < min(MIN_FETCH_BYTES, self.config.max_partition_fetch_bytes) and self._refs:
+            return
+        budget = max(budget, 1)
+        for tp, st in wanting:
             try:
                 leader = self.metadata.leader(tp.topic, tp.partition)
             except Exception as exc:  # noqa: BLE001 - surfaced on the next poll
@@ -161,11 +165,10 @@ class Fetcher:
             else:
                 st.error = err
             return
-        st.high_watermark = response.high_watermark
-        if len(response.records) == 0:
+        records, st.high_watermark = response[0], response[1]
+        if len(records) == 0:
             return
-        chunks, next_offset = column_batch.decode(tp.topic, tp.partition, response.records, offset,
-                                                  self.config.check_crcs)
+        chunks, next_offset = column_batch.decode(tp.topic, tp.partition, records, offset, self.config.check_crcs)
         st.fetch_offset = next_offset
         if chunks:
             st.buffered.extend(chunks)

@@ -102,11 +102,6 @@ class ProduceResult:
             self._finish()
 
     def _finish(self) -> None:
-        self.offset_list = self.offsets.tolist()
-        stamps = self.timestamps if not isinstance(self.timestamps, int) else [self.timestamps] * self.count
-        if self.append_times is not None:
-            stamps = np.where(self.append_times >= 0, self.append_times, np.asarray(stamps, dtype=np.int64)).tolist()
-        self.timestamp_list = stamps
         with _CALLBACK_LOCK:
             self.done = True
             callbacks, self._callbacks = self._callbacks, None
@@ -134,7 +129,18 @@ class ProduceResult:
         e = self.error_index[i]
         return self.errors[e] if e >= 0 else None
 
+    def lists(self) -> None:
+        """Per-record offsets and timestamps as lists, made on the first per-record get() (a
+        send_batch() run reads the arrays and never pays for them)."""
+        stamps = self.timestamps if not isinstance(self.timestamps, int) else [self.timestamps] * self.count
+        if self.append_times is not None:
+            stamps = np.where(self.append_times >= 0, self.append_times, np.asarray(stamps, dtype=np.int64)).tolist()
+        self.timestamp_list = stamps
+        self.offset_list = self.offsets.tolist()
+
     def metadata(self, i: int) -> RecordMetadata:
+        if self.offset_list is None:
+            self.lists()
         return _new_tuple(RecordMetadata, (self.topic, self.partitions[i], self.offset_list[i], self.timestamp_list[i]))
 
     def add_callback(self, index: int | None, fn, on_error: bool) -> None:
@@ -220,7 +226,7 @@ class FutureRecordMetadata(tuple):
         """The record's metadata once acknowledged; raises its batch's error, or
         KafkaTimeoutError after ``timeout`` seconds."""
         result, i = self
-        if result.done and result.error_index is None:
+        if result.offset_list is not None and result.error_index is None:
             return _new_tuple(RecordMetadata, (result.topic, result.partitions[i], result.offset_list[i],
                                                result.timestamp_list[i]))
         result.wait(timeout)

@@ -74,6 +74,26 @@ class PartitionState:
         self.bump_pending = False
 
 
+def admits(st: PartitionState, batch: ProducerBatch, cap: int) -> bool:
+    """Whether the partition's next queued batch may be sent now.
+
+    A retry goes out even at the in-flight cap: the calls in flight after it
+    wait at the replica for its sequence, so holding it behind them would stall
+    the partition until they time out. A new batch waits for room in flight,
+    for a pending retry ahead of it (it is queued first), and for an epoch bump.
+    Nothing goes out while an epoch bump waits for the calls in flight to settle.
+    """
+    if st.bump_pending:
+        return False
+    return batch.attempts > 0 or st.in_flight < cap
+
+
+def retry_backoff_s(attempts: int, config: ProducerConfig, rng: random.Random = random._inst) -> float:
+    """Exponential backoff from retry_backoff_ms, capped at retry_backoff_max_ms, with +-20% jitter."""
+    backoff_ms = min(config.retry_backoff_ms * 2 ** max(0, attempts - 1), config.retry_backoff_max_ms)
+    return backoff_ms * rng.uniform(1 - JITTER, 1 + JITTER) / 1000
+
+
 class Sender(threading.Thread):
     def __init__(self, config: ProducerConfig, accumulator: RecordAccumulator, metadata: Metadata,
                  producer_id: int):
@@ -181,9 +201,7 @@ class Sender(threading.Thread):
                 if batch.retry_at > now:
                     next_retry = batch.retry_at if next_retry is None else min(next_retry, batch.retry_at)
                     break
-                if batch.attempts == 0 and (st.bump_pending or st.in_flight >= cap):
-                    break
-                if batch.attempts > 0 and self.idempotent and st.bump_pending:
+                if not admits(st, batch, cap):
                     break
                 st.queue.popleft()
                 self._submit(st, batch, now)
@@ -243,7 +261,8 @@ class Sender(threading.Thread):
                 self.acc.release(batch.nbytes)
             return
         if self.acks != 0:
-            batch.result.complete_batch(batch.indices, response.base_offset, response.log_append_time_ms)
+            base_offset, _, log_append_time_ms = response[:3]
+            batch.result.complete_batch(batch.indices, base_offset, log_append_time_ms)
         self.acc.release(batch.nbytes)
 
     def _expire(self, now: float) -> float | None:
@@ -292,8 +311,7 @@ class Sender(threading.Thread):
             return
         if getattr(error, "retriable", False) and batch.attempts <= self.config.retries and in_time:
             self.metadata.invalidate(batch.tp.topic)
-            backoff_ms = min(self.config.retry_backoff_ms * 2 ** (batch.attempts - 1), self.config.retry_backoff_max_ms)
-            self._requeue(st, batch, backoff_ms * random.uniform(1 - JITTER, 1 + JITTER) / 1000)
+            self._requeue(st, batch, retry_backoff_s(batch.attempts, self.config))
             return
         self._give_up(st, batch, error)
 

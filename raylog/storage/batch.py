@@ -124,7 +124,7 @@ def build(
     producer_id: int = NO_PRODUCER_ID,
     producer_epoch: int = -1,
     base_sequence: int = -1,
-) -> bytes:
+) -> bytearray:
     """Encode one batch from Python lists. ``timestamps_ms`` is one int per record, or one for all."""
     count = len(values)
     if count == 0:
@@ -152,8 +152,9 @@ def build_columns(
     producer_id: int = NO_PRODUCER_ID,
     producer_epoch: int = -1,
     base_sequence: int = -1,
-) -> bytes:
-    """Encode one batch from columns already in Arrow's layout (the producer's path)."""
+) -> bytearray:
+    """Encode one batch from columns already in Arrow's layout (the producer's path); the result is
+    writable so the producer can stamp its epoch and sequence when it sends it."""
     count = values.count
     if count == 0:
         raise CorruptRecordError("a record batch holds at least one record")
@@ -172,12 +173,12 @@ def build_columns(
         last_offset_delta = offset_deltas[-1] if offset_deltas is not None else count - 1
     codec = _payload.codec_id(compression)
     body = _payload.encode(keys, values, timestamps_ms - base_ts, hdrs, offset_deltas, codec)
-    header = bytearray(HEADER.pack(
-        base_offset, HEADER_SIZE - LOG_OVERHEAD + len(body), NO_LEADER_EPOCH, MAGIC, 0, codec,
-        last_offset_delta, base_ts, max_ts, producer_id, producer_epoch, base_sequence, count))
-    crc = crc32c.crc32c(body, crc32c.crc32c(header[ATTRIBUTES_POS:]))
-    _UINT32.pack_into(header, CRC_POS, crc)
-    return bytes(header) + body
+    out = bytearray(HEADER_SIZE + len(body))
+    HEADER.pack_into(out, 0, base_offset, HEADER_SIZE - LOG_OVERHEAD + len(body), NO_LEADER_EPOCH, MAGIC, 0,
+                     codec, last_offset_delta, base_ts, max_ts, producer_id, producer_epoch, base_sequence, count)
+    out[HEADER_SIZE:] = body
+    _UINT32.pack_into(out, CRC_POS, crc32c.crc32c(memoryview(out)[ATTRIBUTES_POS:]))
+    return out
 
 
 class RecordBatch:

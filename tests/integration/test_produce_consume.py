@@ -6,7 +6,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 
 import pytest
 import ray
@@ -17,29 +16,9 @@ from raylog.errors import (
     RecordTooLargeError, TopicAlreadyExistsError, UnknownTopicOrPartitionError,
 )
 from raylog.records import TopicPartition
+from tests.support.topics import consume_all, end_offsets, fresh_topic
 
 pytestmark = pytest.mark.ray
-
-
-def fresh_topic(cluster, partitions: int = 1, **configs) -> str:
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    cluster.admin().create_topic(name, partitions, **configs)
-    return name
-
-
-def consume_all(consumer, expected: int, timeout_s: float = 30.0) -> list:
-    records = []
-    deadline = time.monotonic() + timeout_s
-    while len(records) < expected and time.monotonic() < deadline:
-        for recs in consumer.poll(timeout_ms=500).values():
-            records.extend(recs)
-    return records
-
-
-def end_offsets(cluster, topic: str) -> dict:
-    admin = cluster.admin()
-    n = len(admin.describe_topics([topic])[0].partitions)
-    return admin.end_offsets([TopicPartition(topic, p) for p in range(n)])
 
 
 def test_topics_are_created_described_listed_and_deleted(cluster, data_root):

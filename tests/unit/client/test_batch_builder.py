@@ -1,0 +1,109 @@
+"""Cutting a stage of records into partition batches: by key, by bytes, within the topic's limit."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from raylog.accumulator import Stage
+from raylog.batch_builder import BatchBuilder
+from raylog.config import ProducerConfig
+from raylog.errors import RecordTooLargeError
+from raylog.futures import CallbackRunner
+from raylog.metadata import TopicInfo
+from raylog.partitioner import partition_for_key
+from raylog.storage import batch as rb
+
+
+def stage_of(values, keys=None, partitions=6, max_message_bytes=8 << 20, config=None, headers=None):
+    config = config or ProducerConfig()
+    stage = Stage("t", TopicInfo(None, [None] * partitions, partitions, max_message_bytes, 0.0), config,
+                  CallbackRunner())
+    stage.values = list(values)
+    stage.keys = list(keys) if keys is not None else [None] * len(values)
+    stage.timestamps = [1_700_000_000_000 + i for i in range(len(values))]
+    stage.headers = headers
+    stage.nbytes = sum(len(v or b"") + len(k or b"") + 16 for v, k in zip(stage.values, stage.keys))
+    return stage
+
+
+def decode(batch) -> list[tuple[bytes | None, bytes | None]]:
+    cols = rb.RecordBatch(bytes(batch.records)).columns()
+    return list(zip(cols.keys.to_pylist(), cols.values.to_pylist()))
+
+
+def test_keyed_records_go_to_kafkas_partition_in_send_order(seed):
+    rng = random.Random(seed)
+    keys = [rng.randbytes(rng.randint(1, 24)) for _ in range(3000)]
+    values = [b"%d" % i for i in range(3000)]
+    stage = stage_of(values, keys)
+    batches = BatchBuilder(ProducerConfig(), 7).cut(stage)
+    for b in batches:
+        records = decode(b)
+        assert all(partition_for_key(k, 6) == b.tp.partition for k, _ in records)
+        numbers = [int(v) for _, v in records]
+        assert numbers == sorted(numbers), "send order is kept within a partition"
+    assert stage.result.partitions == [partition_for_key(k, 6) for k in keys]
+    assert sorted(int(v) for b in batches for _, v in decode(b)) == list(range(3000))
+
+
+def test_unkeyed_records_are_cut_into_batch_size_runs_over_the_partitions():
+    values = [b"x" * 100] * 5000
+    batches = BatchBuilder(ProducerConfig(batch_size=64 * 1024), 7).cut(stage_of(values))
+    assert len({b.tp.partition for b in batches}) > 1
+    assert all(len(b.records) <= 64 * 1024 + 1024 for b in batches)
+    assert sum(b.count for b in batches) == 5000
+
+
+def test_no_batch_ever_exceeds_the_topics_max_message_bytes(seed):
+    """Issue 12: ~1 MiB of records plus one large record must not make one batch the broker rejects."""
+    rng = random.Random(seed)
+    limit = 100_000
+    values = [rng.randbytes(rng.choice([10, 400, 4_000, 60_000, 99_000])) for _ in range(600)]
+    stage = stage_of(values, partitions=1, max_message_bytes=limit)
+    batches = BatchBuilder(ProducerConfig(compression_type="lz4"), 7).cut(stage)
+    assert all(b.error is None for b in batches), "every record fits the limit on its own"
+    assert all(len(b.records) <= limit for b in batches)
+    assert [v for b in batches for _, v in decode(b)] == values
+
+
+def test_a_record_too_large_even_compressed_fails_alone_naming_the_limit():
+    big = random.Random(1).randbytes(5_000)
+    stage = stage_of([b"before", big, b"after"], partitions=1, max_message_bytes=2_000)
+    batches = BatchBuilder(ProducerConfig(), 7).cut(stage)
+    failed = [b for b in batches if b.error is not None]
+    assert len(failed) == 1 and failed[0].indices.tolist() == [1]
+    assert isinstance(failed[0].error, RecordTooLargeError)
+    assert "max_message_bytes" in str(failed[0].error) and "2000" in str(failed[0].error)
+    assert [v for b in batches if b.error is None for _, v in decode(b)] == [b"before", b"after"]
+
+
+def test_a_compressible_record_over_the_limit_uncompressed_is_still_sent():
+    stage = stage_of([b"a" * 5_000], partitions=1, max_message_bytes=2_000)
+    (batch,) = BatchBuilder(ProducerConfig(compression_type="lz4"), 7).cut(stage)
+    assert batch.error is None and len(batch.records) <= 2_000
+
+
+@pytest.mark.parametrize("idempotent", [True, False])
+def test_batches_carry_the_producer_id_only_when_idempotent(idempotent):
+    (batch,) = BatchBuilder(ProducerConfig(enable_idempotence=idempotent), 42).cut(stage_of([b"v"]))
+    assert rb.RecordBatch(bytes(batch.records)).producer_id == (42 if idempotent else rb.NO_PRODUCER_ID)
+
+
+def test_released_bytes_add_up_to_what_the_stage_reserved():
+    stage = stage_of([b"x" * n for n in range(1, 2000)], keys=[b"k%d" % (n % 7) for n in range(1, 2000)])
+    batches = BatchBuilder(ProducerConfig(batch_size=16 * 1024), 7).cut(stage)
+    assert sum(b.nbytes for b in batches) == stage.nbytes
+
+
+def test_headers_travel_with_their_records():
+    headers = [[("i", b"%d" % i)] if i % 3 == 0 else None for i in range(30)]
+    stage = stage_of([b"v%d" % i for i in range(30)], keys=[b"k%d" % i for i in range(30)], headers=headers)
+    for b in BatchBuilder(ProducerConfig(), 7).cut(stage):
+        cols = rb.RecordBatch(bytes(b.records)).columns()
+        for i, hs in zip(b.indices.tolist(), cols.headers or [[]] * b.count):
+            assert [tuple(h) for h in hs] == (headers[i] or [])
+    assert np.array_equal(np.sort(np.concatenate([b.indices for b in BatchBuilder(ProducerConfig(), 7).cut(
+        stage_of([b"v"] * 5))])), np.arange(5))
