@@ -54,9 +54,9 @@ import msgpack
 
 from actors.assignors import ASSIGNORS, DEFAULT_ASSIGNOR, PartitionId
 from raylog.errors import (
-    CommitFailedError, CorruptRecordError, FencedMemberEpochError, GroupIdNotFoundError,
-    InvalidConfigError, InvalidGroupIdError, InvalidOffsetError, InvalidPartitionError, InvalidTopicError,
-    NonEmptyGroupError, StaleMemberEpochError, UnknownMemberIdError, UnreleasedInstanceIdError,
+    CommitFailedError, CorruptRecordError, FencedMemberEpochError, GroupIdNotFoundError, InvalidConfigError,
+    InvalidGroupIdError, InvalidOffsetError, InvalidPartitionError, NonEmptyGroupError, StaleMemberEpochError,
+    UnknownMemberIdError, UnreleasedInstanceIdError,
 )
 from raylog.naming import validate_topic_name
 
@@ -582,7 +582,8 @@ class GroupCoordinatorState:
                     records.append(Record(("offset", group_id, *tp), None))
                 continue
             _check_offset(offset, tp)
-            records.append(Record(("offset", group_id, *tp), {"offset": offset, "metadata": "", "commit_timestamp_ms": now}))
+            records.append(Record(("offset", group_id, *tp),
+                                  {"offset": offset, "metadata": "", "commit_timestamp_ms": now}))
         return records, None
 
     def delete_group(self, group_id: str) -> tuple[list[Record], None]:
@@ -839,7 +840,8 @@ class GroupCoordinatorState:
             members = {m: change.members.get(m) for m in member_ids}
             assignor = ASSIGNORS[_group_assignor(members.values())]  # type: ignore[arg-type,index]
             topic_names = list(change.partition_metadata)
-            subscriptions = {m: member.resolve(topic_names) for m, member in members.items()}  # type: ignore[union-attr]
+            subscriptions = {m: member.resolve(topic_names)  # type: ignore[union-attr]
+                             for m, member in members.items()}
             previous = {m: change.target.get(m) or frozenset() for m in member_ids}
             target = assignor(subscriptions, change.partition_metadata, previous)
             for member_id in member_ids:
@@ -866,14 +868,16 @@ class GroupCoordinatorState:
             change.current[member_id] = new
         return new
 
-    def _validated_offsets(self, offsets: Mapping[tuple[str, int], tuple[int, str]]) -> list[tuple[PartitionId, int, str]]:
+    def _validated_offsets(self, offsets: Mapping[tuple[str, int], tuple[int, str]]
+                           ) -> list[tuple[PartitionId, int, str]]:
         entries = []
         for tp, value in offsets.items():
             tp = _partition_id(tp, "commit_offsets")
             try:
                 offset, metadata = value
             except (TypeError, ValueError):
-                raise InvalidOffsetError(f"offset for {tp[0]}-{tp[1]} must be (offset, metadata), got {value!r}") from None
+                raise InvalidOffsetError(
+                    f"offset for {tp[0]}-{tp[1]} must be (offset, metadata), got {value!r}") from None
             _check_offset(offset, tp)
             if not isinstance(metadata, str):
                 raise InvalidOffsetError(f"metadata for {tp[0]}-{tp[1]} must be a string, got {metadata!r}")
@@ -942,7 +946,8 @@ def _validate_heartbeat(req: HeartbeatRequest, config: GroupCoordinatorConfig) -
         try:
             re.compile(req.subscribed_pattern)
         except re.error as e:
-            raise InvalidConfigError(f"subscribed_pattern {req.subscribed_pattern!r} is not a valid regex: {e}") from None
+            raise InvalidConfigError(
+                f"subscribed_pattern {req.subscribed_pattern!r} is not a valid regex: {e}") from None
     if req.assignor is not None and req.assignor not in ASSIGNORS:
         raise InvalidConfigError(f"unknown assignor {req.assignor!r}; known: {', '.join(sorted(ASSIGNORS))}")
     if req.owned_partitions is not None and isinstance(req.owned_partitions, (str, bytes)):

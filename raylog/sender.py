@@ -108,6 +108,7 @@ class Sender(threading.Thread):
         self.in_flight: dict = {}
         """ObjectRef -> (batch, attempt): calls awaiting their response."""
         self._responses: deque = deque()
+        self._in_flight_by_topic: dict[str, int] = {}
         self._halt = False
         self._abort_error: BaseException | None = None
 
@@ -129,7 +130,7 @@ class Sender(threading.Thread):
             if not self._backlogged():
                 # While batches wait for room in flight, open stages keep growing instead of closing
                 # into small batches that would only queue behind them.
-                deadlines.append(self.acc.close_lingering(now, force=False))
+                deadlines.append(self.acc.close_lingering(now, self._topic_busy))
                 for stage in self.acc.take_closed():
                     self._cut(stage)
             deadlines.append(self._send_ready(now))
@@ -153,6 +154,7 @@ class Sender(threading.Thread):
         for batch, _ in list(self.in_flight.values()):
             self._fail(batch, error)
         self.in_flight.clear()
+        self._in_flight_by_topic.clear()
         for st in self.partitions.values():
             while st.queue:
                 self._fail(st.queue.popleft(), error)
@@ -181,6 +183,9 @@ class Sender(threading.Thread):
                 self._fail(batch, batch.error)
             else:
                 self._state(batch.tp).queue.append(batch)
+
+    def _topic_busy(self, topic: str) -> bool:
+        return self._in_flight_by_topic.get(topic, 0) > 0
 
     def _backlogged(self) -> bool:
         return any(st.queue and st.in_flight >= self.config.max_in_flight_requests_per_connection
@@ -232,6 +237,7 @@ class Sender(threading.Thread):
         batch.sent_at = now
         batch.ever_sent = True
         st.in_flight += 1
+        self._in_flight_by_topic[batch.tp.topic] = self._in_flight_by_topic.get(batch.tp.topic, 0) + 1
         attempt = batch.attempts
         self.in_flight[ref] = (batch, attempt)
         if self.acks == 0:
@@ -252,6 +258,7 @@ class Sender(threading.Thread):
         batch, _ = entry
         st = self._state(batch.tp)
         st.in_flight -= 1
+        self._in_flight_by_topic[batch.tp.topic] -= 1
         try:
             response = ray_calls.get(ref, 0)
         except Exception as exc:  # noqa: BLE001
@@ -277,6 +284,7 @@ class Sender(threading.Thread):
                 del self.in_flight[ref]
                 st = self._state(batch.tp)
                 st.in_flight -= 1
+                self._in_flight_by_topic[batch.tp.topic] -= 1
                 self._on_error(st, batch, KafkaTimeoutError(
                     f"produce to {batch.tp.topic}-{batch.tp.partition} got no response in {request_s}s"), now)
             elif next_due is None or due < next_due:
