@@ -1,30 +1,50 @@
-"""Controller: the one detached, named actor that owns raylog's cluster metadata.
+"""Controller: the one detached, named actor that owns raylog's cluster metadata and elections.
 
-It keeps ControllerState (topics, configs, each partition's replicas) in a
-metadata log on its node's disk: a raylog PartitionLog of msgpack records,
-flushed on every record. A change is written to that log before it takes
-effect (replay, then replica actors are created), so a controller that dies at
-any point comes back, replays the log and finishes the job: it finds each
-replica actor by name and recreates any that is missing.
+It keeps ControllerState (topics, configs, each partition's replicas, leader,
+epochs and ISR) in a metadata log on the head node's disk: a raylog
+PartitionLog of msgpack records, fsynced per record. A change is written to
+that log before anyone acts on it (replay, then replicas are told), so a
+controller killed at any point comes back, replays the log, finds each
+replica by name (recreating any that is missing) and tells every replica the
+current state again; replicas ignore states older than the one they hold.
 
-Ray restarts the controller itself (max_restarts=-1) on the node it is pinned
-to; raylog.connect() starts a new one if none is running.
+What it watches, without pinging replicas in a loop:
+
+- **Replica deaths**: one ``watch()`` call stays in flight per replica and
+  never returns; Ray fails it when the replica's process dies. The replica
+  leaves the ISR at once, a new leader is elected from the live ISR if it was
+  the leader, and an ``attach()`` call (which Ray holds until the actor is
+  restarted) tells the controller when it is back.
+- **Node deaths**: ``ray.nodes()`` every node_check_interval_ms (one call to
+  Ray's GCS). Every replica on a dead node is lost. A Ray node never comes
+  back under its id, so after replica_reassign_after_ms each such replica is
+  moved to a live node without a replica of its partition (the new replica
+  catches up and joins the ISR, then the lost one is dropped, as Kafka's
+  reassignment does).
+- **Preferred leaders**: every leader_imbalance_check_interval_ms, leadership
+  moves back to each partition's first replica when it is alive and in sync.
+
+An async actor: a slow operation (starting hundreds of replicas) awaits
+without blocking metadata calls; every state change runs from validation to
+the metadata log's fsync without an ``await`` in between.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
+import uuid
 
 import msgpack
 import ray
 
-from actors.controller_state import ControllerState, TopicState
+from actors.controller_state import NO_LEADER, ControllerState, TopicState, replica_ids, replica_of
 from actors.replica import PartitionReplica
 from placement import nodes as placement_nodes
-from placement.policy import assign_replicas
+from placement.policy import assign_replicas, check_replication_factor, replacement_node
 from raylog.config import ClusterConfig, TopicConfig
-from raylog.errors import InvalidReplicationFactorError, KafkaTimeoutError
+from raylog.errors import InvalidReplicationFactorError, KafkaTimeoutError, UnknownTopicOrPartitionError
 from raylog.naming import replica_actor_name
 from raylog.protocol import PartitionInfo, ReplicaAssignment, TopicDescription
 from raylog.storage import batch as record_batch
@@ -34,6 +54,8 @@ METADATA_LOG_CONFIG = TopicConfig(flush_messages=1, retention_ms=-1, segment_byt
                                   segment_index_bytes=1024 * 1024)
 """The metadata log keeps everything (no retention) and fsyncs each record: changes are rare and
 must survive a power loss of the controller's node."""
+ATTACH_RETRY_S = 1.0
+"""How long the controller waits before asking a replica it could not reach whether it is back."""
 
 
 class Controller:
@@ -46,9 +68,16 @@ class Controller:
         self.state = ControllerState()
         for record in self._read_metadata_log():
             self.state.replay(record)
-        self.handles: dict[str, ray.actor.ActorHandle] = {}
-        for topic in self.state.topics.values():
-            self._ensure_replicas(topic, range(len(topic.partitions)))
+        self.handles: dict[tuple, object] = {}
+        """(topic_id, partition, replica_id) -> the replica's actor handle."""
+        self.alive: set[tuple] = set()
+        """Replicas whose actor answered attach() and whose watch() has not failed since."""
+        self.nodes_alive: set[str] = set()
+        self.head_node = ""
+        self.node_lost_at: dict[str, float] = {}
+        self._watchers: dict[tuple, asyncio.Task] = {}
+        self._started: asyncio.Task | None = None
+        self._background: list[asyncio.Task] = []
 
     # --- metadata log --------------------------------------------------------------------
 
@@ -65,110 +94,500 @@ class Controller:
 
     def _commit(self, records: list[dict]) -> None:
         """Persist, then apply: the log is the truth a restarted controller replays."""
+        if not records:
+            return
         values = [msgpack.packb(r, use_bin_type=True) for r in records]
         self.metadata_log.append(record_batch.build(values, timestamps_ms=int(time.time() * 1000),
                                                     compression="none"))
         for r in records:
             self.state.replay(r)
 
-    # --- replicas ---------------------------------------------------------------------------
+    # --- start-up and background loops ---------------------------------------------------------
 
-    def _ensure_replicas(self, topic: TopicState, partitions) -> list:
-        """Find each partition's leader actor by name, creating it if it is gone."""
-        created = []
-        for p in partitions:
-            leader = topic.partitions[p][0]
-            name = replica_actor_name(topic.name, p, leader["replica_id"])
+    async def _ensure_started(self) -> None:
+        if self._started is None:
+            self._started = asyncio.get_running_loop().create_task(self._start())
+        await asyncio.shield(self._started)
+
+    async def _start(self) -> None:
+        await self._refresh_nodes()
+        for topic in list(self.state.topics.values()):
+            for p, part in enumerate(topic.partitions):
+                for r in part["replicas"]:
+                    self._ensure_replica(topic, p, r)
+        keys = list(self.handles)
+        statuses = await asyncio.gather(*(self._attach(k, timeout_s=self.config.request_timeout_ms / 1000)
+                                          for k in keys), return_exceptions=True)
+        for key, status in zip(keys, statuses):
+            if isinstance(status, dict):
+                self._mark_alive(key)
+        for topic in list(self.state.topics.values()):
+            for p in range(len(topic.partitions)):
+                self._elect_if_needed(topic, p)
+                self._push(topic, p)
+        for (topic_id, p, rid), replica in list(self.state.pending_deletions.items()):
+            self._background.append(asyncio.get_running_loop().create_task(
+                self._finish_deletion(topic_id, p, rid, replica)))
+        loop = asyncio.get_running_loop()
+        self._background.append(loop.create_task(self._node_loop()))
+        self._background.append(loop.create_task(self._preferred_leader_loop()))
+
+    async def _refresh_nodes(self) -> set[str]:
+        """Ask Ray which nodes are alive; returns the ones that died since the last look."""
+        infos = await asyncio.get_running_loop().run_in_executor(None, placement_nodes.alive_nodes)
+        alive = {n.node_id for n in infos}
+        heads = [n.node_id for n in infos if n.is_head]
+        if heads:
+            self.head_node = heads[0]
+        died = self.nodes_alive - alive
+        now = time.monotonic()
+        for node in died:
+            self.node_lost_at.setdefault(node, now)
+        for node in alive:
+            self.node_lost_at.pop(node, None)
+        self.nodes_alive = alive
+        return died
+
+    async def _node_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.node_check_interval_ms / 1000)
             try:
-                handle = ray.get_actor(name, namespace=self.namespace)
-            except ValueError:
-                options = placement_nodes.replica_actor_options(
-                    leader["node_id"], name, self.namespace, self.config.replica_max_restarts)
-                handle = ray.remote(PartitionReplica).options(**options).remote(
-                    topic.name, p, leader["replica_id"], leader["directory"], topic.config,
-                    topic.leader_epochs[p])
-                created.append(handle)
-            self.handles[name] = handle
-        return created
+                died = await self._refresh_nodes()
+            except Exception:  # noqa: BLE001 - the GCS hiccuped: look again next round
+                continue
+            if died:
+                self._nodes_died(died)
+            self._heal()
 
-    def _wait_ready(self, handles: list) -> None:
+    async def _preferred_leader_loop(self) -> None:
+        while self.config.auto_leader_rebalance_enable:
+            await asyncio.sleep(self.config.leader_imbalance_check_interval_ms / 1000)
+            self._elect_preferred(None)
+
+    # --- replicas ------------------------------------------------------------------------------
+
+    def _key(self, topic: TopicState, p: int, replica_id: int) -> tuple:
+        return (topic.topic_id, p, replica_id)
+
+    def _is_alive(self, topic: TopicState, p: int):
+        return lambda rid: self._key(topic, p, rid) in self.alive
+
+    def _ensure_replica(self, topic: TopicState, p: int, replica: dict, initial_state: dict | None = None):
+        """The replica's actor handle: found by name, or created on its node if that node is alive."""
+        key = self._key(topic, p, replica["replica_id"])
+        handle = self.handles.get(key)
+        if handle is not None:
+            return handle
+        name = replica_actor_name(topic.name, topic.topic_id, p, replica["replica_id"])
         try:
-            ray.get([h.ping.remote() for h in handles], timeout=self.config.request_timeout_ms / 1000)
-        except ray.exceptions.GetTimeoutError:
-            raise KafkaTimeoutError(
-                f"{len(handles)} replica actors did not start within {self.config.request_timeout_ms} ms") from None
+            handle = ray.get_actor(name, namespace=self.namespace)
+        except ValueError:
+            if replica["node_id"] not in self.nodes_alive:
+                return None
+            options = placement_nodes.replica_actor_options(
+                replica["node_id"], name, self.namespace, self.config.replica_max_restarts)
+            handle = ray.remote(PartitionReplica).options(**options).remote(
+                topic.name, p, replica["replica_id"], replica["directory"], topic.config, topic.topic_id,
+                self.config.to_dict(), initial_state)
+        self.handles[key] = handle
+        return handle
 
-    def _placement(self, num_partitions: int, replication_factor: int, first: int) -> list[list[tuple[str, str]]]:
-        if replication_factor != 1:
-            raise InvalidReplicationFactorError(
-                f"replication factor {replication_factor}: this raylog release stores one replica per partition")
-        node_ids = [n.node_id for n in placement_nodes.alive_nodes()]
-        plan = assign_replicas(num_partitions, replication_factor, node_ids, self.state.replica_load(), first)
-        return [[(n, placement_nodes.node_data_dir(self.config.data_root, n)) for n in replicas]
-                for replicas in plan]
+    async def _attach(self, key: tuple, timeout_s: float | None = None) -> dict:
+        handle = self.handles[key]
+        ref = handle.attach.remote()
+        return await (asyncio.wait_for(ref, timeout_s) if timeout_s else ref)
 
-    # --- requests -----------------------------------------------------------------------------
+    def _mark_alive(self, key: tuple) -> None:
+        self.alive.add(key)
+        task = self._watchers.get(key)
+        if task is None or task.done():
+            self._watchers[key] = asyncio.get_running_loop().create_task(self._watch(key))
 
-    def create_topic(self, name: str, num_partitions: int = 1, replication_factor: int = 1,
-                     config: dict | None = None) -> TopicDescription:
-        records, _ = self.state.create_topic(
-            name, num_partitions, config or {},
-            lambda count, first: self._placement(count, replication_factor, first))
+    async def _watch(self, key: tuple) -> None:
+        handle = self.handles.get(key)
+        if handle is None:
+            return
+        try:
+            await handle.watch.remote()
+        except Exception:  # noqa: BLE001 - any failure of the never-returning call means the process died
+            pass
+        if self.handles.get(key) is not handle:
+            return  # removed (deleted topic, finished reassignment): nothing to mourn
+        self._replica_died(key)
+        await self._await_return(key)
+
+    def _replica_died(self, key: tuple) -> None:
+        self.alive.discard(key)
+        found = self._locate(key)
+        if found is None:
+            return
+        topic, p = found
+        records, _ = self.state.replicas_lost(topic.name, p, {key[2]}, self._is_alive(topic, p),
+                                              self._unclean(topic))
+        self._commit(records)
+        self._push(topic, p)
+
+    async def _await_return(self, key: tuple) -> None:
+        """Ray holds calls to a restarting actor until it is back; a replica whose node is gone
+        never answers, and its partition is healed by reassignment instead."""
+        while key in self.handles:
+            found = self._locate(key)
+            if found is None:
+                return
+            topic, p = found
+            node = replica_of(topic.partitions[p], key[2])["node_id"]
+            if node not in self.nodes_alive and self.nodes_alive:
+                return
+            try:
+                await self._attach(key, timeout_s=self.config.request_timeout_ms / 1000)
+            except Exception:  # noqa: BLE001 - not back yet
+                await asyncio.sleep(ATTACH_RETRY_S)
+                continue
+            self._mark_alive(key)
+            self._elect_if_needed(topic, p)
+            self._push(topic, p)
+            return
+
+    def _locate(self, key: tuple) -> tuple[TopicState, int] | None:
+        topic_id, p, rid = key
+        for topic in self.state.topics.values():
+            if topic.topic_id == topic_id and p < len(topic.partitions) and rid in replica_ids(topic.partitions[p]):
+                return topic, p
+        return None
+
+    def _unclean(self, topic: TopicState) -> bool:
+        return bool(topic.config.get("unclean_leader_election_enable", False))
+
+    def _elect_if_needed(self, topic: TopicState, p: int) -> None:
+        part = topic.partitions[p]
+        alive = self._is_alive(topic, p)
+        if part["leader"] == NO_LEADER or not alive(part["leader"]):
+            records, _ = self.state.elect_leader(topic.name, p, alive, self._unclean(topic))
+            self._commit(records)
+
+    def _view(self, topic: TopicState, p: int) -> dict:
+        part = topic.partitions[p]
+        leader_handle = None
+        if part["leader"] != NO_LEADER:
+            leader_handle = self.handles.get(self._key(topic, p, part["leader"]))
+        return {"leader": part["leader"], "leader_epoch": part["leader_epoch"],
+                "partition_epoch": part["partition_epoch"], "replicas": replica_ids(part), "isr": part["isr"],
+                "leader_handle": leader_handle}
+
+    def _push(self, topic: TopicState, p: int) -> None:
+        """Tell every live replica of the partition its current state (fire and forget: a replica
+        that dies meanwhile is noticed by its watch; replicas ignore states older than theirs)."""
+        view = self._view(topic, p)
+        for rid in replica_ids(topic.partitions[p]):
+            key = self._key(topic, p, rid)
+            handle = self.handles.get(key)
+            if handle is not None and key in self.alive:
+                handle.set_state.remote(view)
+
+    # --- nodes: losses and healing -----------------------------------------------------------------
+
+    def _nodes_died(self, died: set[str]) -> None:
+        for topic in list(self.state.topics.values()):
+            for p, part in enumerate(topic.partitions):
+                lost = {r["replica_id"] for r in part["replicas"] if r["node_id"] in died}
+                if not lost:
+                    continue
+                for rid in lost:
+                    self.alive.discard(self._key(topic, p, rid))
+                records, _ = self.state.replicas_lost(topic.name, p, lost, self._is_alive(topic, p),
+                                                      self._unclean(topic))
+                self._commit(records)
+                self._push(topic, p)
+
+    def _heal(self) -> None:
+        """Move replicas lost with their node to live nodes (one reassignment per partition at a time)."""
+        wait_ms = self.config.replica_reassign_after_ms
+        if wait_ms < 0:
+            return
+        now = time.monotonic()
+        load, _ = self.state.replica_load()
+        secondary = {self.head_node} if self.head_node else set()
+        for topic in list(self.state.topics.values()):
+            for p, part in enumerate(topic.partitions):
+                if part["adding"]:
+                    continue
+                nodes = [r["node_id"] for r in part["replicas"]]
+                gone = [n for n in nodes if n not in self.nodes_alive
+                        and (now - self.node_lost_at.get(n, now)) * 1000 >= wait_ms]
+                if not gone:
+                    continue
+                # Survivors keep their order (the first is the preferred leader); replacements go last.
+                target = [n for n in nodes if n not in gone]
+                unreplaced = []
+                for lost in gone:
+                    new = replacement_node(nodes + target, sorted(self.nodes_alive), load, secondary)
+                    if new is None:
+                        unreplaced.append(lost)  # stays a member until a node is free for it
+                        continue
+                    target.append(new)
+                    load[new] += 1
+                if len(unreplaced) == len(gone):
+                    continue
+                target += unreplaced
+                placement = [(n, placement_nodes.node_data_dir(self.config.data_root, n)) for n in target]
+                records, state = self.state.reassign(topic.name, p, placement)
+                self._commit(records)
+                self._start_added(topic, p)
+
+    def _start_added(self, topic: TopicState, p: int) -> None:
+        part = topic.partitions[p]
+        view = self._view(topic, p)
+        for rid in part["adding"]:
+            replica = replica_of(part, rid)
+            handle = self._ensure_replica(topic, p, replica, initial_state=view)
+            if handle is not None:
+                asyncio.get_running_loop().create_task(self._await_return(self._key(topic, p, rid)))
+        self._push(topic, p)
+
+    def _drop_removed(self, topic: TopicState, p: int, before: dict) -> None:
+        """After a reassignment completed: delete the data of replicas no longer in the partition."""
+        kept = set(replica_ids(topic.partitions[p]))
+        for r in before["replicas"]:
+            if r["replica_id"] in kept:
+                continue
+            key = self._key(topic, p, r["replica_id"])
+            handle = self.handles.pop(key, None)
+            self.alive.discard(key)
+            task = self._watchers.pop(key, None)
+            if task is not None:
+                task.cancel()
+            if handle is not None and r["node_id"] in self.nodes_alive:
+                asyncio.get_running_loop().create_task(self._delete_replica(handle))
+
+    async def _delete_replica(self, handle) -> None:
+        try:
+            await asyncio.wait_for(handle.delete_data.remote(), self.config.request_timeout_ms / 1000)
+        except Exception:  # noqa: BLE001 - it is going away either way
+            pass
+        ray.kill(handle, no_restart=True)
+
+    # --- elections ---------------------------------------------------------------------------------
+
+    def _elect_preferred(self, partitions) -> list[tuple[str, int]]:
+        moved = []
+        for topic in list(self.state.topics.values()):
+            for p in range(len(topic.partitions)):
+                if partitions is not None and (topic.name, p) not in partitions:
+                    continue
+                records, _ = self.state.elect_leader(topic.name, p, self._is_alive(topic, p), False, preferred=True)
+                if records:
+                    self._commit(records)
+                    self._push(topic, p)
+                    moved.append((topic.name, p))
+        return moved
+
+    async def elect_leaders(self, partitions: list | None = None) -> list[tuple[str, int]]:
+        """Preferred leader election now (all partitions, or the (topic, partition) pairs given);
+        returns the partitions whose leader moved."""
+        await self._ensure_started()
+        wanted = None if partitions is None else {(t, int(p)) for t, p in partitions}
+        if wanted:
+            for t, p in wanted:
+                self.state.partition(t, p)
+        return self._elect_preferred(wanted)
+
+    async def alter_isr(self, topic_name: str, partition: int, leader_id: int, leader_epoch: int,
+                        partition_epoch: int, new_isr: list[int]) -> dict:
+        """A leader's ISR proposal; returns the partition's new state or raises FencedLeaderEpochError."""
+        await self._ensure_started()
+        topic = self.state.topic(topic_name)
+        before = dict(topic.partitions[partition])
+        records, state = self.state.alter_isr(topic_name, partition, leader_id, leader_epoch, partition_epoch,
+                                              new_isr, self._is_alive(topic, partition))
+        self._commit(records)
+        if len(state["replicas"]) != len(before["replicas"]):
+            self._drop_removed(topic, partition, before)
+        self._push(topic, partition)
+        return state
+
+    async def reassign_partitions(self, reassignments: dict) -> dict:
+        """{(topic, partition): [node id, ...]} -> the partitions' new replica lists (the new
+        replicas catch up before the old ones are dropped)."""
+        await self._ensure_started()
+        out = {}
+        for (name, p), target_nodes in reassignments.items():
+            topic = self.state.topic(name)
+            check_replication_factor(len(target_nodes), len(self.nodes_alive))
+            missing = [n for n in target_nodes if n not in self.nodes_alive]
+            if missing:
+                raise InvalidReplicationFactorError(f"reassignment of {name}-{p} names nodes that are not alive: {missing}")
+            placement = [(n, placement_nodes.node_data_dir(self.config.data_root, n)) for n in target_nodes]
+            before = dict(topic.partitions[p])
+            records, state = self.state.reassign(name, p, placement)
+            self._commit(records)
+            self._start_added(topic, p)
+            if len(state["replicas"]) != len(before["replicas"]):
+                self._drop_removed(topic, p, before)
+            out[(name, p)] = [r["node_id"] for r in state["replicas"]]
+        return out
+
+    # --- topics --------------------------------------------------------------------------------------
+
+    def _placement(self, count: int, first: int, replication_factor: int) -> list[list[tuple[str, str]]]:
+        live = sorted(self.nodes_alive)
+        replicas, leaders = self.state.replica_load()
+        secondary = {self.head_node} if self.head_node else set()
+        plan = assign_replicas(count, replication_factor, live, replicas, leaders, first, secondary)
+        return [[(n, placement_nodes.node_data_dir(self.config.data_root, n)) for n in nodes] for nodes in plan]
+
+    async def create_topic(self, name: str, num_partitions: int = 1, replication_factor: int = 1,
+                           config: dict | None = None) -> TopicDescription:
+        await self._ensure_started()
+        await self._refresh_nodes()
+        records, _ = self.state.create_topic(name, num_partitions, replication_factor, config or {},
+                                             uuid.uuid4().hex, self._placement)
         self._commit(records)
         topic = self.state.topic(name)
-        self._wait_ready(self._ensure_replicas(topic, range(num_partitions)))
+        await self._start_partitions(topic, range(num_partitions))
         return self._describe(topic)
 
-    def create_partitions(self, name: str, total: int) -> TopicDescription:
+    async def create_partitions(self, name: str, total: int) -> TopicDescription:
+        await self._ensure_started()
+        await self._refresh_nodes()
         topic = self.state.topic(name)
         current = len(topic.partitions)
-        records, _ = self.state.create_partitions(
-            name, total, lambda count, first: self._placement(count, 1, first))
+        records, _ = self.state.create_partitions(name, total, self._placement)
         self._commit(records)
-        self._wait_ready(self._ensure_replicas(topic, range(current, total)))
+        await self._start_partitions(topic, range(current, total))
         return self._describe(topic)
 
-    def delete_topic(self, name: str) -> None:
-        records, topic = self.state.delete_topic(name)
-        self._commit(records)
-        for p, replicas in enumerate(topic.partitions):
-            for r in replicas:
-                actor_name = replica_actor_name(name, p, r["replica_id"])
-                handle = self.handles.pop(actor_name, None)
-                if handle is None:
-                    continue
-                try:
-                    ray.get(handle.delete_data.remote(), timeout=self.config.request_timeout_ms / 1000)
-                except Exception:  # noqa: BLE001 - a dead replica's files are left for an operator
-                    pass
-                ray.kill(handle, no_restart=True)
+    async def _start_partitions(self, topic: TopicState, partitions) -> None:
+        """Start every replica of these partitions with its role, then wait for them: as long as
+        replicas keep coming up, however many there are; KafkaTimeoutError naming the ones missing
+        after request_timeout_ms without progress (the topic stays, and a describe shows them)."""
+        keys = []
+        for p in partitions:
+            part = topic.partitions[p]
+            # The leader is created first, so its handle is in the state its followers start with.
+            self._ensure_replica(topic, p, replica_of(part, part["leader"]), initial_state=self._view(topic, p))
+            view = self._view(topic, p)
+            for r in part["replicas"]:
+                self._ensure_replica(topic, p, r, initial_state=view)
+                keys.append(self._key(topic, p, r["replica_id"]))
+        pending = {asyncio.ensure_future(self._attach(k)): k for k in keys if k in self.handles}
+        window = self.config.request_timeout_ms / 1000
+        while pending:
+            done, _ = await asyncio.wait(list(pending), timeout=window, return_when=asyncio.FIRST_COMPLETED)
+            if not done:
+                missing = sorted((k[1], k[2]) for k in pending.values())
+                raise KafkaTimeoutError(
+                    f"topic {topic.name!r}: {len(missing)} replicas (partition, replica) did not start within "
+                    f"{self.config.request_timeout_ms} ms of the last one that did: {missing[:10]}")
+            for fut in done:
+                key = pending.pop(fut)
+                if fut.exception() is None:
+                    self._mark_alive(key)
+        for p in partitions:
+            self._push(topic, p)
 
-    def list_topics(self) -> list[str]:
+    async def delete_topic(self, name: str) -> None:
+        await self._ensure_started()
+        topic = self.state.topic(name)
+        unreachable = lambda r: r["node_id"] not in self.nodes_alive  # noqa: E731
+        records, topic = self.state.delete_topic(name, unreachable)
+        self._commit(records)
+        deletions = []
+        for p, part in enumerate(topic.partitions):
+            for r in part["replicas"]:
+                key = self._key(topic, p, r["replica_id"])
+                handle = self.handles.pop(key, None)
+                self.alive.discard(key)
+                task = self._watchers.pop(key, None)
+                if task is not None:
+                    task.cancel()
+                if handle is not None and not unreachable(r):
+                    deletions.append(self._delete_replica(handle))
+        await asyncio.gather(*deletions, return_exceptions=True)
+
+    async def _finish_deletion(self, topic_id: str, p: int, rid: int, replica: dict) -> None:
+        """A deleted topic's replica on a node that was down: delete its files once it answers."""
+        name = replica_actor_name(replica["topic"], topic_id, p, rid)
+        while (topic_id, p, rid) in self.state.pending_deletions:
+            if replica["node_id"] in self.nodes_alive:
+                try:
+                    handle = ray.get_actor(name, namespace=self.namespace)
+                except ValueError:
+                    handle = None
+                if handle is not None:
+                    await self._delete_replica(handle)
+                self._commit(self.state.replica_deleted(topic_id, p, rid))
+                return
+            await asyncio.sleep(self.config.node_check_interval_ms / 1000)
+
+    async def list_topics(self) -> list[str]:
+        await self._ensure_started()
         return sorted(self.state.topics)
 
-    def describe_topic(self, name: str) -> TopicDescription:
+    async def describe_topic(self, name: str) -> TopicDescription:
+        await self._ensure_started()
         return self._describe(self.state.topic(name))
 
-    def topic_metadata(self, name: str) -> tuple[TopicDescription, list]:
-        """The topic's description and each partition's leader handle, in partition order."""
+    async def topic_metadata(self, name: str) -> tuple[TopicDescription, list]:
+        """The topic's description and each partition's leader handle (None while offline)."""
+        await self._ensure_started()
         topic = self.state.topic(name)
-        self._ensure_replicas(topic, range(len(topic.partitions)))
-        handles = [self.handles[replica_actor_name(name, p, reps[0]["replica_id"])]
-                   for p, reps in enumerate(topic.partitions)]
-        return self._describe(topic), handles
+        leaders = []
+        for p, part in enumerate(topic.partitions):
+            if part["leader"] == NO_LEADER:
+                leaders.append(None)
+                continue
+            key = self._key(topic, p, part["leader"])
+            if key not in self.handles:
+                self._ensure_replica(topic, p, replica_of(part, part["leader"]))
+            leaders.append(self.handles.get(key))
+        return self._describe(topic), leaders
 
-    def cluster_config(self) -> dict:
-        return {"namespace": self.config.namespace, "data_root": self.config.data_root,
-                "replica_max_restarts": self.config.replica_max_restarts,
-                "request_timeout_ms": self.config.request_timeout_ms}
+    async def partition_states(self, name: str) -> list[dict]:
+        """Per partition: leader, replicas (with node and liveness), ISR, epochs, reassignment."""
+        await self._ensure_started()
+        topic = self.state.topic(name)
+        out = []
+        for p, part in enumerate(topic.partitions):
+            alive = self._is_alive(topic, p)
+            out.append({
+                "partition": p, "leader": part["leader"], "leader_epoch": part["leader_epoch"],
+                "partition_epoch": part["partition_epoch"], "isr": list(part["isr"]),
+                "replicas": [{**r, "alive": alive(r["replica_id"]), "node_alive": r["node_id"] in self.nodes_alive}
+                             for r in part["replicas"]],
+                "adding": list(part["adding"]), "removing": list(part["removing"]),
+                "offline": part["leader"] == NO_LEADER,
+                "under_replicated": len(part["isr"]) < len(part["replicas"]) - len(part["adding"]),
+            })
+        return out
 
-    def ping(self) -> int:
+    async def replica_handles(self, name: str, partition: int) -> dict:
+        """replica id -> actor handle, for admin calls that need a follower (describe, tests)."""
+        await self._ensure_started()
+        topic = self.state.topic(name)
+        part = self.state.partition(name, partition)
+        return {r["replica_id"]: self.handles.get(self._key(topic, partition, r["replica_id"]))
+                for r in part["replicas"]}
+
+    async def cluster_config(self) -> dict:
+        return self.config.to_dict()
+
+    async def ping(self) -> int:
         return os.getpid()
 
     def _describe(self, topic: TopicState) -> TopicDescription:
         parts = []
-        for p, replicas in enumerate(topic.partitions):
-            assigned = tuple(ReplicaAssignment(r["node_id"], r["directory"], r["replica_id"]) for r in replicas)
-            parts.append(PartitionInfo(topic.name, p, assigned[0], assigned, topic.leader_epochs[p],
-                                       replica_actor_name(topic.name, p, replicas[0]["replica_id"])))
-        return TopicDescription(topic.name, tuple(parts), dict(topic.config))
+        for p, part in enumerate(topic.partitions):
+            assigned = tuple(ReplicaAssignment(r["node_id"], r["directory"], r["replica_id"])
+                             for r in part["replicas"])
+            leader = next((a for a in assigned if a.replica_id == part["leader"]), None)
+            name = (replica_actor_name(topic.name, topic.topic_id, p, part["leader"])
+                    if leader is not None else "")
+            parts.append(PartitionInfo(topic.name, p, leader, assigned, part["leader_epoch"], name,
+                                       tuple(part["isr"]), part["partition_epoch"]))
+        return TopicDescription(topic.name, tuple(parts), dict(topic.config), topic_id=topic.topic_id)
+
+    async def check_topic(self, name: str) -> None:
+        """Raise UnknownTopicOrPartitionError unless the topic exists."""
+        await self._ensure_started()
+        if name not in self.state.topics:
+            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")

@@ -7,8 +7,24 @@ never see half an append. The actor is placed by placement/ (pinned to its
 node, num_cpus=0) and restarted by Ray on that node after a crash; reopening
 the PartitionLog recovers whatever the crash left.
 
-Imports stay lean (no pyspark, pandas or raylog clients): every replica is its
-own process and each import costs memory per partition.
+Replication (Kafka's design; the pure decisions are in replica_state.py):
+
+- The controller tells each replica its role with ``set_state`` (leader
+  epoch, partition epoch, replicas, ISR, the leader's handle); older states
+  are ignored. A replica Ray restarted after a crash starts with no role and
+  serves nothing until the controller, which saw it die, tells it again.
+- A **follower** first asks the leader for the end offset of its own latest
+  leader epoch and truncates what lies beyond (KIP-101), then pulls with the
+  same ``fetch`` consumers use, several MB per call, and appends with
+  ``append_as_follower``, recording producer sequences and epochs as it goes.
+- The **leader** learns each follower's log end from its fetch offset,
+  advances the high watermark, completes acks='all' produces once the high
+  watermark passes them (a follower's fetch wakes them; no polling loop), and
+  proposes ISR changes to the controller, which fences stale leaders.
+- Consumers read only below the high watermark; followers read to the log end.
+
+Imports stay lean (no pyspark, pandas, pyarrow or raylog clients): every
+replica is its own process and each import costs memory per partition.
 """
 
 from __future__ import annotations
@@ -17,16 +33,24 @@ import asyncio
 import os
 import shutil
 import time
+from pathlib import Path
 
 import numpy as np
 
-from actors.replica_state import ProducerStateTable, ReplicaState
+from actors.replica_state import FOLLOWER, LEADER, NONE, ReplicaState, truncation_offset
 from raylog import memory
-from raylog.config import TopicConfig
-from raylog.errors import OffsetOutOfRangeError, OutOfOrderSequenceError, RaylogError
-from raylog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ProduceResponse
-from raylog.storage.batch import HEADER_SIZE, NO_PRODUCER_ID, RecordBatch
-from raylog.storage.log import PartitionLog
+from raylog.config import ClusterConfig, TopicConfig
+from raylog.errors import (
+    FencedLeaderEpochError, KafkaTimeoutError, LeaderNotAvailableError, NotEnoughReplicasError,
+    NotLeaderForPartitionError, OffsetOutOfRangeError, OutOfOrderSequenceError, RaylogError,
+)
+from raylog.naming import CONTROLLER_ACTOR_NAME
+from raylog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from raylog.storage import files
+from raylog.storage.batch import HEADER_SIZE, NO_PRODUCER_ID, RecordBatch, iter_batches
+from raylog.storage.leader_epoch import UNDEFINED_EPOCH, LeaderEpochCache
+from raylog.storage.log import PartitionLog, wall_clock_ms
+from raylog.storage.producer_state import BatchOutcome, ProducerStateManager, ProducerStateTable
 
 MAINTENANCE_INTERVAL_S = 5.0
 """How often retention, time-based flush and compaction are checked (Kafka checks retention every 5 min;
@@ -37,44 +61,97 @@ SEQUENCE_WAIT_S = 10.0
 UNKNOWN_PRODUCER_WAIT_S = 2.0
 """How long a first-seen producer's batch with sequence > 0 waits for sequence 0 before the
 replica takes it as the producer's start (its state was lost, e.g. written before the last roll)."""
+ACKS_ALL_TIMEOUT_MS = 30_000
+"""How long an acks='all' produce waits for the ISR when the producer names no timeout."""
+HW_CHECKPOINT_DELAY_S = 1.0
+"""A changed high watermark is checkpointed this long after the change, once (not per append)."""
+FOLLOWER_BACKOFF_S = (0.05, 1.0)
+"""A follower whose fetch failed waits from the first to the second, doubling."""
+PARTITION_METADATA_HEADER = "raylog-partition 1"
 
 
 class PartitionReplica:
-    """Owns ``PartitionLog(directory)`` for topic-partition; methods are named after Kafka requests."""
+    """Owns ``PartitionLog(directory)`` for one replica of topic-partition; methods are named after
+    Kafka requests."""
 
     def __init__(self, topic: str, partition: int, replica_id: int, directory: str, config: dict,
-                 leader_epoch: int = 0):
+                 topic_id: str = "", cluster: dict | None = None, initial_state: dict | None = None):
         memory.tune()
         self.topic = topic
         self.partition = partition
+        self.replica_id = replica_id
         self.directory = directory
+        self.topic_id = topic_id
+        self.cluster = ClusterConfig(**(cluster or {}))
         self.config = TopicConfig.from_mapping(config)
-        self.log = PartitionLog(directory, self.config)
-        self.state = ReplicaState(replica_id, leader_epoch, self.log.log_start_offset, self.log.log_end_offset)
-        self.producers = self._rebuild_producer_state()
-        self._appended: asyncio.Event | None = None
+        self._claim_directory()
+        self.log = PartitionLog(directory, self.config, on_roll=self._on_roll)
+        self.epochs = LeaderEpochCache(self.log.directory)
+        if self.epochs.latest_epoch() == UNDEFINED_EPOCH and self.log.log_end_offset > self.log.log_start_offset:
+            self._rebuild_epochs()
+        self.snapshots = ProducerStateManager(self.log.directory)
+        self.producers: ProducerStateTable = self.snapshots.load(self.log)
+        hw = files.read_checkpoint(self.log.directory / files.HIGH_WATERMARK_FILE)
+        self.state = ReplicaState(replica_id, self.log.log_start_offset, self.log.log_end_offset,
+                                  hw if hw is not None else self.log.log_start_offset, wall_clock_ms)
+        self._initial_state = initial_state if not _restarted() else None
+        self._started = False
+        self._generation = 0
+        self._leader = None
+        self._needs_truncation = False
+        self._changed: asyncio.Event | None = None
         self._sequence_moved: asyncio.Condition | None = None
+        self._acks_waiting: list[tuple[int, asyncio.Future]] = []
+        self._hw_checkpointed = self.state.high_watermark
+        self._hw_timer = None
+        self._lag_timer = None
         self._maintenance: asyncio.Task | None = None
         self._last_compaction = time.monotonic()
+        self._controller = None
+        self._forever: asyncio.Future | None = None
         self._deleted = False
 
-    def _rebuild_producer_state(self) -> ProducerStateTable:
-        """Replay producer ids and sequences from the active segment's batch headers, so a
-        producer retrying into a restarted replica is still deduplicated (Kafka keeps
-        snapshots for this; the active segment covers the last DEDUP_WINDOW batches of any
-        producer that wrote since the last roll)."""
-        table = ProducerStateTable()
-        for batch in self.log.active.batches():
-            if batch.producer_id != NO_PRODUCER_ID:
-                table.record(batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.record_count,
-                             ProduceResponse(batch.base_offset, batch.last_offset, -1, self.log.log_start_offset))
-        return table
+    # --- start-up -------------------------------------------------------------------------
 
-    def _start_background(self) -> None:
-        if self._appended is None:
-            self._appended = asyncio.Event()
-            self._sequence_moved = asyncio.Condition()
-            self._maintenance = asyncio.get_running_loop().create_task(self._maintain())
+    def _claim_directory(self) -> None:
+        """A directory left by an earlier topic of the same name (deleted while this node was down)
+        holds another topic id: its files are removed before the log opens."""
+        path = Path(self.directory) / files.PARTITION_METADATA_FILE
+        owner = files.read_text_value(path)
+        if owner is not None and self.topic_id and owner != self.topic_id:
+            shutil.rmtree(self.directory, ignore_errors=True)
+        if self.topic_id and owner != self.topic_id:
+            os.makedirs(self.directory, exist_ok=True)
+            files.write_text_value(path, PARTITION_METADATA_HEADER, self.topic_id)
+
+    def _rebuild_epochs(self) -> None:
+        """The epoch checkpoint is missing (an older raylog, or lost): rebuild it from batch headers."""
+        offset = self.log.log_start_offset
+        while offset < self.log.log_end_offset:
+            data = self.log.read(offset, 8 * 1024 * 1024)
+            if not data:
+                break
+            for batch in iter_batches(data):
+                self.epochs.assign(batch.leader_epoch, max(batch.base_offset, self.log.log_start_offset))
+                offset = batch.next_offset
+
+    def _ensure_started(self) -> None:
+        """Create the loop-bound primitives and apply the creation-time role (first call only)."""
+        if self._started:
+            return
+        self._started = True
+        self._changed = asyncio.Event()
+        self._sequence_moved = asyncio.Condition()
+        self._forever = asyncio.get_running_loop().create_future()
+        self._maintenance = asyncio.get_running_loop().create_task(self._maintain())
+        if self._initial_state is not None:
+            self._apply_state(self._initial_state)
+            self._initial_state = None
+
+    def _on_roll(self, offset: int) -> None:
+        self.snapshots.take_snapshot(self.producers, offset)
+
+    # --- maintenance ----------------------------------------------------------------------
 
     async def _maintain(self) -> None:
         while not self._deleted:
@@ -88,6 +165,7 @@ class PartitionReplica:
         deleted = self.log.delete_old_segments()
         if deleted:
             self.state.on_log_start_moved(self.log.log_start_offset)
+            self.epochs.truncate_from_start(self.log.log_start_offset)
         self.log.maybe_flush()
         compacted = 0
         if self.config.cleanup_policy == "compact" and time.monotonic() - self._last_compaction > COMPACTION_INTERVAL_S:
@@ -95,21 +173,285 @@ class PartitionReplica:
             self._last_compaction = time.monotonic()
         return {"segments_deleted": deleted, "bytes_compacted": compacted}
 
-    # --- requests -----------------------------------------------------------------------
+    # --- the controller's side ------------------------------------------------------------
 
-    async def produce(self, records, acks: int = 1, leader_epoch: int | None = None) -> tuple:
+    async def attach(self) -> dict:
+        """The replica's status; the controller calls it when the replica starts or restarts."""
+        self._ensure_started()
+        return self.status()
+
+    async def watch(self) -> None:
+        """Never returns: the controller keeps one of these in flight per replica, and Ray fails
+        it when this process dies. That is how the controller learns of a death without pinging."""
+        self._ensure_started()
+        await self._forever
+
+    async def set_state(self, state: dict) -> dict:
+        """Take the role the controller decided (ignored when older than the one held)."""
+        self._ensure_started()
+        self._apply_state(state)
+        return self.status()
+
+    def _apply_state(self, st: dict) -> None:
+        if st.get("deleted"):
+            self._become_none(NotLeaderForPartitionError(f"{self.topic}-{self.partition} was deleted"))
+            return
+        same_epoch = st["leader_epoch"] == self.state.leader_epoch
+        if not self.state.is_newer(st["leader_epoch"], st["partition_epoch"]) and self.state.role != NONE:
+            return
+        replicas, isr, leader = st["replicas"], st["isr"], st["leader"]
+        if leader == self.replica_id:
+            if not (same_epoch and self.state.role == LEADER):
+                self._generation += 1
+                self._leader = None
+                self.epochs.assign(st["leader_epoch"], self.log.log_end_offset)
+            self.state.become_leader(st["leader_epoch"], st["partition_epoch"], replicas, isr)
+            self._high_watermark_moved()
+            self._schedule_lag_check()
+        elif leader < 0 or self.replica_id not in replicas:
+            self.state.leader_epoch, self.state.partition_epoch = st["leader_epoch"], st["partition_epoch"]
+            self._become_none(LeaderNotAvailableError(f"{self.topic}-{self.partition} has no leader"))
+        else:
+            new_leader = not (same_epoch and self.state.role == FOLLOWER and self.state.leader_id == leader)
+            self.state.become_follower(leader, st["leader_epoch"], st["partition_epoch"], replicas, isr)
+            self._fail_waiting(NotLeaderForPartitionError(
+                f"replica {self.replica_id} of {self.topic}-{self.partition} is no longer the leader"))
+            if new_leader or self._leader is None:
+                self._generation += 1
+                self._leader = st["leader_handle"]
+                self._needs_truncation = True
+                asyncio.get_running_loop().create_task(self._follow(self._generation))
+        self._wake()
+
+    def _become_none(self, error: BaseException) -> None:
+        self._generation += 1
+        self._leader = None
+        self.state.become_none()
+        self._fail_waiting(error)
+
+    def status(self) -> dict:
+        import ray
+
+        return {
+            "topic": self.topic, "partition": self.partition, "replica_id": self.replica_id,
+            "topic_id": self.topic_id, "pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id(),
+            "directory": self.directory, "role": self.state.role, "leader_id": self.state.leader_id,
+            "leader_epoch": self.state.leader_epoch, "partition_epoch": self.state.partition_epoch,
+            "isr": sorted(self.state.isr), "log_start_offset": self.log.log_start_offset,
+            "log_end_offset": self.log.log_end_offset, "high_watermark": self.state.high_watermark,
+            "latest_epoch": self.epochs.latest_epoch(),
+        }
+
+    # --- leader: ISR and high watermark ------------------------------------------------------
+
+    def _wake(self) -> None:
+        """Wake every parked fetch (new data or a new high watermark)."""
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = asyncio.Event()
+
+    def _high_watermark_moved(self) -> None:
+        hw = self.state.high_watermark
+        if self._acks_waiting:
+            done = [(o, f) for o, f in self._acks_waiting if o <= hw]
+            if done:
+                self._acks_waiting = [(o, f) for o, f in self._acks_waiting if o > hw]
+                short = len(self.state.isr) < self.config.min_insync_replicas
+                for _, fut in done:
+                    if fut.done():
+                        continue
+                    if short:
+                        fut.set_exception(NotEnoughReplicasError(
+                            f"{self.topic}-{self.partition}: the batch was appended but the ISR shrank to "
+                            f"{len(self.state.isr)}, below min_insync_replicas {self.config.min_insync_replicas}"))
+                    else:
+                        fut.set_result(None)
+        self._wake()
+        if hw != self._hw_checkpointed and self._hw_timer is None:
+            self._hw_timer = asyncio.get_running_loop().call_later(HW_CHECKPOINT_DELAY_S, self._checkpoint_hw)
+
+    def _checkpoint_hw(self) -> None:
+        self._hw_timer = None
+        if self._deleted:
+            return
+        hw = self.state.high_watermark
+        files.write_checkpoint(self.log.directory / files.HIGH_WATERMARK_FILE, hw)
+        self._hw_checkpointed = hw
+
+    def _fail_waiting(self, error: BaseException) -> None:
+        waiting, self._acks_waiting = self._acks_waiting, []
+        for _, fut in waiting:
+            if not fut.done():
+                fut.set_exception(error)
+
+    def _maybe_propose_isr(self) -> None:
+        isr = self.state.isr_to_propose(self.cluster.replica_lag_time_max_ms)
+        if isr is not None:
+            self.state.propose(isr)
+            asyncio.get_running_loop().create_task(self._propose_isr(isr))
+
+    async def _propose_isr(self, isr) -> None:
+        epochs = (self.state.leader_epoch, self.state.partition_epoch)
+        try:
+            controller = self._controller_handle()
+            new = await controller.alter_isr.remote(self.topic, self.partition, self.replica_id, *epochs, sorted(isr))
+        except Exception:  # noqa: BLE001 - refused (fenced) or unreachable: the controller decides next
+            if (self.state.leader_epoch, self.state.partition_epoch) == epochs:
+                self.state.on_isr_refused()
+            return
+        if self.state.role == LEADER and new["leader"] == self.replica_id and \
+                new["leader_epoch"] == self.state.leader_epoch:
+            self.state.on_isr_committed(new["isr"], new["partition_epoch"])
+            self.state.replicas = tuple(r["replica_id"] for r in new["replicas"])
+            self._high_watermark_moved()
+            self._maybe_propose_isr()
+
+    def _schedule_lag_check(self) -> None:
+        if self._lag_timer is not None:
+            self._lag_timer.cancel()
+            self._lag_timer = None
+        due = self.state.next_lag_deadline_ms(self.cluster.replica_lag_time_max_ms)
+        if due is not None:
+            delay = max(0.0, (due - wall_clock_ms()) / 1000)
+            self._lag_timer = asyncio.get_running_loop().call_later(delay, self._lag_check)
+
+    def _lag_check(self) -> None:
+        self._lag_timer = None
+        if self.state.role == LEADER:
+            self._maybe_propose_isr()
+            self._schedule_lag_check()
+
+    def _controller_handle(self):
+        if self._controller is None:
+            import ray
+
+            self._controller = ray.get_actor(CONTROLLER_ACTOR_NAME, namespace=self.cluster.namespace)
+        return self._controller
+
+    # --- follower ------------------------------------------------------------------------------
+
+    async def _follow(self, generation: int) -> None:
+        backoff = FOLLOWER_BACKOFF_S[0]
+        while self._generation == generation and self.state.role == FOLLOWER and not self._deleted:
+            leader = self._leader
+            try:
+                if self._needs_truncation:
+                    await self._truncate_by_epoch(leader, generation)
+                    continue
+                response = await leader.fetch.remote(
+                    self.log.log_end_offset, self.cluster.replica_fetch_max_bytes,
+                    self.cluster.replica_fetch_wait_max_ms, 1, self.replica_id, self.state.leader_epoch)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the leader died, moved or is behind: retry
+                err = _unwrap(exc)
+                if self._generation != generation:
+                    return
+                if isinstance(err, OffsetOutOfRangeError):
+                    if self.log.log_end_offset < err.log_start_offset:
+                        self._truncate_fully(err.log_start_offset)
+                    else:
+                        self._needs_truncation = True
+                    continue
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, FOLLOWER_BACKOFF_S[1])
+                continue
+            backoff = FOLLOWER_BACKOFF_S[0]
+            if self._generation != generation:
+                return
+            records, leader_hw = response[0], response[1]
+            if len(records):
+                self._append_as_follower(records)
+            self.state.on_follower_append(self.log.log_end_offset, leader_hw)
+            if self.state.high_watermark != self._hw_checkpointed and self._hw_timer is None:
+                self._hw_timer = asyncio.get_running_loop().call_later(HW_CHECKPOINT_DELAY_S, self._checkpoint_hw)
+
+    def _append_as_follower(self, records) -> None:
+        self.log.append_as_follower(records)
+        for batch in iter_batches(records):
+            if batch.leader_epoch > self.epochs.latest_epoch():
+                self.epochs.assign(batch.leader_epoch, batch.base_offset)
+        self.producers.record_batches(records)
+
+    async def _truncate_by_epoch(self, leader, generation: int) -> None:
+        """KIP-101: ask the leader where our latest epoch ends there, cut what lies beyond."""
+        latest = self.epochs.latest_epoch()
+        if latest == UNDEFINED_EPOCH:
+            self._needs_truncation = False
+            return
+        epoch, end = await leader.end_offset_for_epoch.remote(latest, self.state.leader_epoch)
+        if self._generation != generation:
+            return
+        target = truncation_offset(self.epochs, self.log.log_end_offset, latest, epoch, end,
+                                   self.state.high_watermark)
+        if target < self.log.log_end_offset:
+            self._truncate(target)
+        self._needs_truncation = False
+
+    def _truncate(self, offset: int) -> None:
+        self.log.truncate_to(offset)
+        end = self.log.log_end_offset
+        self.epochs.truncate_from_end(end)
+        self.snapshots.truncate(end)
+        self.producers = self.snapshots.load(self.log)
+        self.state.on_truncate(self.log.log_start_offset, end)
+
+    def _truncate_fully(self, start_offset: int) -> None:
+        self.log.truncate_fully_and_start_at(start_offset)
+        self.epochs.clear()
+        self.snapshots.clear()
+        self.producers = ProducerStateTable()
+        self.state.on_truncate(start_offset, start_offset)
+
+    async def end_offset_for_epoch(self, epoch: int, leader_epoch: int = -1) -> tuple[int, int]:
+        """Kafka's OffsetsForLeaderEpoch: (the largest epoch <= ``epoch`` this leader knows, where it
+        ended). Only the leader answers, at the caller's leader epoch."""
+        self._check_leader(leader_epoch)
+        return self.epochs.end_offset_for(epoch, self.log.log_end_offset)
+
+    def _check_leader(self, leader_epoch: int | None) -> None:
+        if self.state.role != LEADER:
+            if self.state.role == NONE and self.state.leader_id < 0:
+                raise LeaderNotAvailableError(
+                    f"replica {self.replica_id} of {self.topic}-{self.partition} has no role (offline or starting)")
+            raise NotLeaderForPartitionError(
+                f"replica {self.replica_id} of {self.topic}-{self.partition} is not the leader "
+                f"(leader epoch {self.state.leader_epoch})")
+        if leader_epoch is not None and leader_epoch >= 0 and leader_epoch != self.state.leader_epoch:
+            raise FencedLeaderEpochError(
+                f"{self.topic}-{self.partition}: request at leader epoch {leader_epoch}, the leader is at "
+                f"{self.state.leader_epoch}")
+
+    # --- requests ------------------------------------------------------------------------------
+
+    async def produce(self, records, acks: int = 1, leader_epoch: int | None = None,
+                      timeout_ms: int = ACKS_ALL_TIMEOUT_MS) -> tuple:
         """Append one producer batch (a bytes-like buffer) and return where it landed, as a
         ProduceResponse tuple (see protocol.py for why a plain tuple).
 
         Idempotent batches (producer id set) are appended once, in sequence
         order: a retry returns the first append's response (or the error that
         rejected it), and a batch that overtook an earlier one waits for it.
+        With acks='all' (-1) the answer waits until every ISR member has the
+        batch; below min_insync_replicas it fails with NotEnoughReplicasError.
         """
-        self._start_background()
+        self._ensure_started()
+        self._check_leader(leader_epoch)
+        if acks == -1 and len(self.state.isr) < self.config.min_insync_replicas:
+            raise NotEnoughReplicasError(
+                f"{self.topic}-{self.partition} has {len(self.state.isr)} in-sync replicas, below "
+                f"min_insync_replicas {self.config.min_insync_replicas}; the batch was not appended")
         batch = RecordBatch(records, 0)
         pid = batch.producer_id if len(records) >= HEADER_SIZE else NO_PRODUCER_ID
         if pid == NO_PRODUCER_ID:
-            return self._append(records)
+            response = self._append(records)
+        else:
+            response = await self._append_idempotent(records, batch, pid)
+        if acks == -1:
+            await self._wait_replicated(response[1] + 1, timeout_ms)
+        return response
+
+    async def _append_idempotent(self, records, batch: RecordBatch, pid: int) -> tuple:
         epoch, base_seq, count = batch.producer_epoch, batch.base_sequence, batch.record_count
         start = time.monotonic()
         async with self._sequence_moved:
@@ -130,6 +472,7 @@ class PartitionReplica:
                     await asyncio.wait_for(self._sequence_moved.wait(), remaining)
                 except asyncio.TimeoutError:
                     pass
+                self._check_leader(None)
             if verdict == ProducerStateTable.DUPLICATE:
                 if isinstance(previous, BaseException):
                     raise previous
@@ -144,27 +487,59 @@ class PartitionReplica:
                 self.producers.record(pid, epoch, base_seq, count, exc)
                 self._sequence_moved.notify_all()
                 raise
-            self.producers.record(pid, epoch, base_seq, count, ProduceResponse._make(response))
+            self.producers.record(pid, epoch, base_seq, count, BatchOutcome(response[0], response[1], response[2]))
             self._sequence_moved.notify_all()
             return response
 
     def _append(self, records) -> tuple:
         info = self.log.append(records, self.state.leader_epoch)
-        self.state.on_leader_append(self.log.log_end_offset)
-        self._appended.set()
-        self._appended = asyncio.Event()
+        if self.state.on_leader_append(self.log.log_end_offset):
+            self._high_watermark_moved()
+        else:
+            self._wake()
         return (info.base_offset, info.last_offset, info.log_append_time_ms, self.log.log_start_offset, False)
 
-    async def fetch(self, offset: int, max_bytes: int, max_wait_ms: int = 0, min_bytes: int = 1) -> tuple:
-        """Whole batches from ``offset`` up to the high watermark; waits up to ``max_wait_ms``
-        for ``min_bytes``. Raises OffsetOutOfRangeError outside [log_start, log_end]."""
-        self._start_background()
+    async def _wait_replicated(self, end_offset: int, timeout_ms: int) -> None:
+        if self.state.high_watermark >= end_offset:
+            if len(self.state.isr) < self.config.min_insync_replicas:
+                raise NotEnoughReplicasError(
+                    f"{self.topic}-{self.partition}: appended, but the ISR is {len(self.state.isr)}, below "
+                    f"min_insync_replicas {self.config.min_insync_replicas}")
+            return
+        fut = asyncio.get_running_loop().create_future()
+        self._acks_waiting.append((end_offset, fut))
+        try:
+            await asyncio.wait_for(fut, timeout_ms / 1000)
+        except asyncio.TimeoutError:
+            raise KafkaTimeoutError(
+                f"{self.topic}-{self.partition}: the ISR {sorted(self.state.isr)} did not replicate offset "
+                f"{end_offset - 1} within {timeout_ms} ms") from None
+
+    async def fetch(self, offset: int, max_bytes: int, max_wait_ms: int = 0, min_bytes: int = 1,
+                    replica_id: int = -1, leader_epoch: int = -1) -> tuple:
+        """Whole batches from ``offset`` as a FetchResponse tuple; waits up to ``max_wait_ms`` for
+        ``min_bytes``. Consumers (replica_id -1) read below the high watermark; a follower reads to
+        the log end, and its fetch offset tells the leader its progress. Raises
+        OffsetOutOfRangeError outside [log_start, log_end]."""
+        self._ensure_started()
+        self._check_leader(leader_epoch if replica_id >= 0 else None)
+        follower = replica_id >= 0
+        if follower:
+            if offset > self.log.log_end_offset or offset < self.log.log_start_offset:
+                raise OffsetOutOfRangeError(
+                    f"follower fetch at {offset} is outside [{self.log.log_start_offset}, {self.log.log_end_offset}]",
+                    self.log.log_start_offset, self.log.log_end_offset)
+            if self.state.on_follower_fetch(replica_id, offset):
+                self._high_watermark_moved()
+            self._maybe_propose_isr()
+            self._schedule_lag_check()
         deadline = time.monotonic() + max_wait_ms / 1000.0
         while True:
-            event = self._appended
-            data = self.log.read(offset, max_bytes, self.state.high_watermark)
+            event = self._changed
+            limit = None if follower else self.state.high_watermark
+            data = self.log.read(offset, max_bytes, limit)
             remaining = deadline - time.monotonic()
-            if len(data) >= min_bytes or remaining <= 0:
+            if len(data) >= min_bytes or remaining <= 0 or self.state.role != LEADER:
                 break
             try:
                 await asyncio.wait_for(event.wait(), remaining)
@@ -176,6 +551,8 @@ class PartitionReplica:
     async def list_offsets(self, timestamp: int) -> tuple[int, int]:
         """(offset, timestamp) for EARLIEST_TIMESTAMP, LATEST_TIMESTAMP or a time in ms;
         (-1, -1) when no record is that recent."""
+        self._ensure_started()
+        self._check_leader(None)
         if timestamp == EARLIEST_TIMESTAMP:
             return self.log.log_start_offset, -1
         if timestamp == LATEST_TIMESTAMP:
@@ -187,6 +564,8 @@ class PartitionReplica:
 
     async def delete_records(self, offset: int) -> int:
         """Move the log start offset up to ``offset`` (at most the high watermark)."""
+        self._ensure_started()
+        self._check_leader(None)
         if offset == LATEST_TIMESTAMP:
             offset = self.state.high_watermark
         if offset > self.state.high_watermark:
@@ -195,29 +574,16 @@ class PartitionReplica:
                                         self.state.high_watermark)
         self.log.delete_records(offset)
         self.state.on_log_start_moved(self.log.log_start_offset)
+        self.epochs.truncate_from_start(self.log.log_start_offset)
         return self.log.log_start_offset
 
     async def describe(self) -> dict:
-        import ray
-
-        return {
-            "topic": self.topic,
-            "partition": self.partition,
-            "directory": self.directory,
-            "node_id": ray.get_runtime_context().get_node_id(),
-            "pid": os.getpid(),
-            "log_start_offset": self.log.log_start_offset,
-            "log_end_offset": self.log.log_end_offset,
-            "high_watermark": self.state.high_watermark,
-            "leader_epoch": self.state.leader_epoch,
-            "size_bytes": self.log.size_bytes,
-            "segments": len(self.log.segments),
-            "recovered_cleanly": self.log.recovered_cleanly,
-            "stats": self.log.stats.to_dict(),
-        }
+        self._ensure_started()
+        return {**self.status(), "size_bytes": self.log.size_bytes, "segments": len(self.log.segments),
+                "recovered_cleanly": self.log.recovered_cleanly, "stats": self.log.stats.to_dict()}
 
     async def maintain_now(self) -> dict:
-        self._start_background()
+        self._ensure_started()
         return self.maintain()
 
     async def ping(self) -> bool:
@@ -226,10 +592,35 @@ class PartitionReplica:
     async def close(self) -> None:
         """Close the log cleanly (the process may then be killed without a recovery scan)."""
         self._deleted = True
+        if self.state.high_watermark != self._hw_checkpointed:
+            files.write_checkpoint(self.log.directory / files.HIGH_WATERMARK_FILE, self.state.high_watermark)
         self.log.close()
 
     async def delete_data(self) -> None:
-        """Topic deletion: close the log and remove the partition directory from this node."""
+        """Topic deletion or a reassignment that moved this replica away: remove its directory."""
         self._deleted = True
+        self._generation += 1
+        self.state.become_none()
+        self._fail_waiting(NotLeaderForPartitionError(f"{self.topic}-{self.partition} was deleted here"))
         self.log.close_unclean()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _restarted() -> bool:
+    """Whether Ray restarted this actor after a crash (its creation-time role is then stale)."""
+    import warnings
+
+    try:
+        import ray
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Ray 2.60 reads a deprecated property inside this one
+            return bool(ray.get_runtime_context().was_current_actor_reconstructed)
+    except Exception:  # noqa: BLE001 - outside Ray (unit tests) nothing restarts
+        return False
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    from raylog.ray_calls import translate
+
+    return translate(exc)

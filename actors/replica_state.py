@@ -1,132 +1,193 @@
-"""Pure state of one partition replica above its log: high watermark, ISR, producer sequences.
+"""Pure replication state of one partition replica: role, epochs, ISR, high watermark.
 
-No Ray and no I/O: the replica actor feeds it events and reads decisions, and
-unit tests drive it directly.
+No Ray, no I/O and no asyncio: the replica actor feeds it events (appends,
+follower fetches, the controller's decisions) and acts on what it returns;
+unit tests drive it directly with a fake clock.
 
-Invariant: log_start_offset <= high_watermark <= log_end_offset. The high
-watermark is the smallest log end offset over the in-sync replicas; with the
-leader alone in the ISR (replication factor 1) it equals the leader's log end
-offset. Followers (a later issue) report their log end offsets through fetches.
+Kafka's model (ReplicaManager, Partition, Replica):
+
+- The **leader** learns each follower's log end offset from the offset the
+  follower fetches at. The **high watermark** is the smallest log end offset
+  over the ISR, the leader's included; it never moves backwards on the leader.
+  Consumers read only below it, so no consumer sees a record that a leader
+  change could remove.
+- The **ISR** is owned by the controller. The leader *proposes* changes
+  (``isr_to_propose``): a follower that caught up to the high watermark and to
+  the start of the current leader epoch joins; a follower that has not caught
+  up within replica_lag_time_max_ms leaves. While a proposal is pending the
+  high watermark counts the *maximal* ISR (committed ISR plus pending joiners,
+  leavers still included: KIP-497), so a proposal never lets it move too far.
+- "Caught up", as Kafka's Replica.updateFetchState: a fetch at or past the
+  leader's log end makes the follower caught up now; a fetch at or past where
+  the leader's log ended at the follower's previous fetch makes it caught up
+  as of that previous fetch.
+- A **follower** keeps its high watermark at min(the leader's, its own end).
+
+Invariant: log_start_offset <= high_watermark <= log_end_offset (the leader's own).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from typing import Callable
 
-from raylog.errors import InvalidProducerEpochError, OutOfOrderSequenceError
-from raylog.protocol import ProduceResponse
+from raylog.storage.leader_epoch import UNDEFINED_EPOCH, LeaderEpochCache
 
-MAX_TRACKED_PRODUCERS = 10_000
-"""Producer ids remembered per partition; the least recently seen is forgotten first."""
-DEDUP_WINDOW = 5
-"""Batches remembered per producer for duplicate detection: Kafka's max in-flight for idempotence."""
+LEADER, FOLLOWER, NONE = "leader", "follower", "none"
 
 
 class ReplicaState:
-    def __init__(self, replica_id: int, leader_epoch: int, log_start_offset: int, log_end_offset: int):
+    def __init__(self, replica_id: int, log_start_offset: int, log_end_offset: int, high_watermark: int,
+                 clock: Callable[[], int]):
         self.replica_id = replica_id
-        self.leader_epoch = leader_epoch
-        self.isr: set[int] = {replica_id}
-        self.log_end_offsets: dict[int, int] = {replica_id: log_end_offset}
+        self._now = clock
+        self.role = NONE
+        self.leader_id = -1
+        self.leader_epoch = -1
+        self.partition_epoch = -1
+        self.replicas: tuple[int, ...] = ()
+        self.isr: frozenset[int] = frozenset()
+        self.pending_isr: frozenset[int] | None = None
+        """An ISR proposed to the controller and not yet answered."""
         self.log_start_offset = log_start_offset
-        self.high_watermark = log_end_offset
+        self.log_end_offset = log_end_offset
+        self.high_watermark = max(log_start_offset, min(high_watermark, log_end_offset))
+        self.epoch_start_offset = log_end_offset
+        """Where the current leader epoch began (the leader's log end when it was elected)."""
+        self.follower_end: dict[int, int] = {}
+        self.caught_up_ms: dict[int, int] = {}
+        self._last_fetch_leader_end: dict[int, int] = {}
+        self._last_fetch_ms: dict[int, int] = {}
 
-    def on_leader_append(self, log_end_offset: int) -> int:
-        """The leader's log grew; returns the new high watermark."""
-        self.log_end_offsets[self.replica_id] = log_end_offset
+    # --- the controller's decisions -------------------------------------------------------
+
+    def is_newer(self, leader_epoch: int, partition_epoch: int) -> bool:
+        """Whether a partition state from the controller is newer than the one held."""
+        return (leader_epoch, partition_epoch) > (self.leader_epoch, self.partition_epoch)
+
+    def become_leader(self, leader_epoch: int, partition_epoch: int, replicas, isr) -> None:
+        now = self._now()
+        new_epoch = leader_epoch != self.leader_epoch or self.role != LEADER
+        self.role, self.leader_id = LEADER, self.replica_id
+        self.leader_epoch, self.partition_epoch = leader_epoch, partition_epoch
+        self.replicas, self.isr, self.pending_isr = tuple(replicas), frozenset(isr), None
+        if new_epoch:
+            self.epoch_start_offset = self.log_end_offset
+            # Followers' positions are unknown until they fetch; the ISR members get a full lag
+            # window to do so before the leader proposes to drop them.
+            self.follower_end = {r: -1 for r in self.replicas if r != self.replica_id}
+            self.caught_up_ms = {r: now for r in self.replicas if r != self.replica_id}
+            self._last_fetch_leader_end, self._last_fetch_ms = {}, {}
+        else:
+            for r in self.replicas:
+                if r != self.replica_id:
+                    self.follower_end.setdefault(r, -1)
+                    self.caught_up_ms.setdefault(r, now)
+        self._advance()
+
+    def become_follower(self, leader_id: int, leader_epoch: int, partition_epoch: int, replicas, isr) -> None:
+        self.role, self.leader_id = FOLLOWER, leader_id
+        self.leader_epoch, self.partition_epoch = leader_epoch, partition_epoch
+        self.replicas, self.isr, self.pending_isr = tuple(replicas), frozenset(isr), None
+        self.follower_end, self.caught_up_ms = {}, {}
+
+    def become_none(self) -> None:
+        """Offline or deleted: neither lead nor follow until the controller says."""
+        self.role, self.leader_id = NONE, -1
+
+    def on_isr_committed(self, isr, partition_epoch: int) -> None:
+        self.isr, self.partition_epoch, self.pending_isr = frozenset(isr), partition_epoch, None
+        self._advance()
+
+    def on_isr_refused(self) -> None:
+        self.pending_isr = None
+
+    # --- leader events ----------------------------------------------------------------------
+
+    def maximal_isr(self) -> frozenset[int]:
+        return self.isr | self.pending_isr if self.pending_isr is not None else self.isr
+
+    def on_leader_append(self, log_end_offset: int) -> bool:
+        """The leader's log grew; returns whether the high watermark moved."""
+        self.log_end_offset = log_end_offset
         return self._advance()
 
-    def on_follower_fetch(self, replica_id: int, log_end_offset: int) -> int:
-        self.log_end_offsets[replica_id] = log_end_offset
+    def on_follower_fetch(self, replica_id: int, fetch_offset: int) -> bool:
+        """A follower fetched at ``fetch_offset`` (its log end); returns whether the HW moved."""
+        now = self._now()
+        if fetch_offset >= self.log_end_offset:
+            self.caught_up_ms[replica_id] = now
+        elif fetch_offset >= self._last_fetch_leader_end.get(replica_id, 1 << 62):
+            self.caught_up_ms[replica_id] = max(self.caught_up_ms.get(replica_id, 0),
+                                                self._last_fetch_ms[replica_id])
+        self._last_fetch_leader_end[replica_id] = self.log_end_offset
+        self._last_fetch_ms[replica_id] = now
+        self.follower_end[replica_id] = fetch_offset
         return self._advance()
+
+    def isr_to_propose(self, lag_time_max_ms: int) -> frozenset[int] | None:
+        """The ISR the leader should ask the controller for now, or None (no change, or a
+        proposal already pending)."""
+        if self.role != LEADER or self.pending_isr is not None:
+            return None
+        now = self._now()
+        isr = set(self.isr)
+        for r in self.replicas:
+            if r == self.replica_id:
+                continue
+            end = self.follower_end.get(r, -1)
+            if r not in isr and end >= self.high_watermark and end >= self.epoch_start_offset and end >= 0:
+                isr.add(r)
+            elif r in isr and now - self.caught_up_ms.get(r, now) > lag_time_max_ms:
+                isr.discard(r)
+        isr.add(self.replica_id)
+        return frozenset(isr) if isr != set(self.isr) else None
+
+    def propose(self, isr: frozenset[int]) -> None:
+        self.pending_isr = isr
+
+    def next_lag_deadline_ms(self, lag_time_max_ms: int) -> int | None:
+        """When an ISR follower would next count as lagging, if nothing changes."""
+        times = [self.caught_up_ms.get(r, 0) for r in self.isr if r != self.replica_id]
+        return min(times) + lag_time_max_ms + 1 if times and self.role == LEADER else None
+
+    def _advance(self) -> bool:
+        if self.role != LEADER:
+            return False
+        ends = [self.log_end_offset]
+        for r in self.maximal_isr():
+            if r != self.replica_id:
+                ends.append(self.follower_end.get(r, -1))
+        candidate = min(ends)
+        if candidate > self.high_watermark:
+            self.high_watermark = candidate
+            return True
+        return False
+
+    # --- follower and log events ----------------------------------------------------------
+
+    def on_follower_append(self, log_end_offset: int, leader_high_watermark: int) -> None:
+        self.log_end_offset = log_end_offset
+        self.high_watermark = max(self.log_start_offset, min(leader_high_watermark, log_end_offset))
 
     def on_truncate(self, log_start_offset: int, log_end_offset: int) -> None:
         self.log_start_offset = log_start_offset
-        self.log_end_offsets[self.replica_id] = log_end_offset
-        self.high_watermark = min(self.high_watermark, log_end_offset)
-        self.high_watermark = max(self.high_watermark, log_start_offset)
+        self.log_end_offset = log_end_offset
+        self.high_watermark = max(log_start_offset, min(self.high_watermark, log_end_offset))
 
     def on_log_start_moved(self, log_start_offset: int) -> None:
         self.log_start_offset = log_start_offset
         self.high_watermark = max(self.high_watermark, log_start_offset)
 
-    def _advance(self) -> int:
-        candidate = min(self.log_end_offsets.get(r, 0) for r in self.isr)
-        if candidate > self.high_watermark:
-            self.high_watermark = candidate
-        return self.high_watermark
 
-
-SEQUENCE_MASK = 0x7FFFFFFF
-"""Sequences wrap to 0 after 2**31 - 1, as Kafka's do."""
-_AHEAD_WINDOW = 1 << 30
-"""A sequence up to this far past the next expected one (mod 2**31) is ahead; anything else is behind."""
-
-
-@dataclass(slots=True)
-class _ProducerEntry:
-    epoch: int
-    next_sequence: int
-    recent: deque = field(default_factory=lambda: deque(maxlen=DEDUP_WINDOW))
-    """(base_sequence, ProduceResponse or the error that rejected the batch) of the last batches."""
-
-
-class ProducerStateTable:
-    """Per producer id: the next expected sequence and the last few batches' outcomes.
-
-    Decides for each idempotent batch whether to append it, answer it as a
-    duplicate of an earlier one (a retry), or hold it until the batches before
-    it arrive (Ray does not promise that calls to an async actor start in
-    submission order, so in-flight batches can overtake each other). A batch
-    the log rejected for good still uses up its sequences (``record`` with the
-    error): the producer does not resend it, so the next batch must not wait
-    for it, and a retry of it gets the same error.
-    """
-
-    APPEND, DUPLICATE, WAIT = "append", "duplicate", "wait"
-
-    def __init__(self) -> None:
-        self._entries: OrderedDict[int, _ProducerEntry] = OrderedDict()
-
-    def check(self, producer_id: int, epoch: int, base_sequence: int):
-        """(verdict, previous outcome for a DUPLICATE); raises InvalidProducerEpochError for a fenced
-        epoch and OutOfOrderSequenceError for a sequence older than the ones remembered."""
-        entry = self._entries.get(producer_id)
-        if entry is None or epoch > entry.epoch:
-            # A new producer (or epoch) starts at sequence 0; a later batch that overtook the
-            # first one waits for it. The replica gives up waiting when the producer's state was
-            # simply lost (see PartitionReplica.produce).
-            return (self.APPEND if base_sequence == 0 else self.WAIT), None
-        if epoch < entry.epoch:
-            raise InvalidProducerEpochError(
-                f"producer {producer_id} epoch {epoch} is fenced by epoch {entry.epoch}; the batch was not appended")
-        if base_sequence == entry.next_sequence:
-            return self.APPEND, None
-        for seq, outcome in entry.recent:
-            if seq == base_sequence:
-                return self.DUPLICATE, outcome
-        if 0 < (base_sequence - entry.next_sequence) & SEQUENCE_MASK < _AHEAD_WINDOW:
-            return self.WAIT, None
-        raise OutOfOrderSequenceError(
-            f"producer {producer_id} sent sequence {base_sequence}, expected {entry.next_sequence}; "
-            "it is older than the batches this replica remembers")
-
-    def record(self, producer_id: int, epoch: int, base_sequence: int, record_count: int, outcome) -> None:
-        """A batch was appended (``outcome`` its ProduceResponse) or rejected for good (the error)."""
-        entry = self._entries.get(producer_id)
-        if entry is None or epoch > entry.epoch:
-            entry = _ProducerEntry(epoch, 0)
-            self._entries[producer_id] = entry
-        entry.next_sequence = (base_sequence + record_count) & SEQUENCE_MASK
-        entry.recent.append((base_sequence, outcome))
-        self._entries.move_to_end(producer_id)
-        while len(self._entries) > MAX_TRACKED_PRODUCERS:
-            self._entries.popitem(last=False)
-
-    def knows(self, producer_id: int, epoch: int) -> bool:
-        entry = self._entries.get(producer_id)
-        return entry is not None and entry.epoch >= epoch
-
-    def __len__(self) -> int:
-        return len(self._entries)
+def truncation_offset(epochs: LeaderEpochCache, log_end_offset: int, latest_epoch: int, leader_epoch: int,
+                      leader_end: int, high_watermark: int) -> int:
+    """Where a follower must cut its log, from the leader's answer for the follower's latest epoch
+    (KIP-101 with KIP-279's refinement). The leader ended ``leader_epoch`` (the largest epoch it
+    knows that is <= ours) at ``leader_end``; if that is an older epoch than our latest, our own log
+    also ended it somewhere, and the smaller of the two ends is where the logs agree."""
+    if leader_epoch == UNDEFINED_EPOCH:
+        return min(high_watermark, log_end_offset)  # the leader knows none of our epochs (Kafka's fallback)
+    if leader_epoch < latest_epoch:
+        _, ours = epochs.end_offset_for(leader_epoch, log_end_offset)
+        return min(leader_end, ours, log_end_offset)
+    return min(leader_end, log_end_offset)

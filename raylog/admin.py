@@ -7,7 +7,7 @@ from typing import Iterable, Mapping
 
 from raylog import ray_calls
 from raylog.config import TopicConfig
-from raylog.errors import InvalidConfigError
+from raylog.errors import InvalidConfigError, RaylogError
 from raylog.naming import validate_topic_name
 from raylog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TopicDescription
 from raylog.records import OffsetAndTimestamp, TopicPartition
@@ -69,9 +69,52 @@ class AdminClient:
             self._cluster.metadata.invalidate(name)
 
     def describe_partitions(self, topic: str) -> list[dict]:
-        """Per partition: node, directory, offsets, size and log counters, read from its replica."""
+        """Per partition: leader, replicas (node, alive), ISR, epochs, ``offline`` and
+        ``under_replicated``, and the leader replica's own view (node_id, pid, directory, offsets,
+        high watermark, size, log counters). An offline partition or an unreachable leader gives
+        ``leader_error`` instead of the leader's view, never an error for the whole topic."""
+        validate_topic_name(topic)
+        states = self._call(self._controller.partition_states.remote(topic))
+        self._cluster.metadata.invalidate(topic)
         md = self._cluster.metadata
-        return self._call([md.leader(topic, p).describe.remote() for p in range(md.partition_count(topic))])
+        refs = []
+        for st in states:
+            try:
+                refs.append(md.leader(topic, st["partition"]).describe.remote())
+            except RaylogError as exc:
+                refs.append(exc)
+        out = []
+        for st, ref in zip(states, refs):
+            info = dict(st)
+            if isinstance(ref, BaseException):
+                info["leader_error"] = f"{type(ref).__name__}: {ref}"
+            else:
+                try:
+                    view = ray_calls.get(ref, self._timeout_s)
+                    info.update({k: v for k, v in view.items() if k not in info})
+                    info["isr"] = st["isr"]
+                except RaylogError as exc:
+                    info["leader_error"] = f"{type(exc).__name__}: {exc}"
+            out.append(info)
+        return out
+
+    def elect_leaders(self, partitions: Iterable[TopicPartition] | None = None) -> list[TopicPartition]:
+        """Preferred leader election: move leadership back to each partition's first replica where it
+        is alive and in sync (all partitions, or those given). Returns the partitions that moved."""
+        wanted = None if partitions is None else [(validate_topic_name(tp[0]), int(tp[1])) for tp in partitions]
+        moved = self._call(self._controller.elect_leaders.remote(wanted))
+        for name, _ in moved:
+            self._cluster.metadata.invalidate(name)
+        return [TopicPartition(t, p) for t, p in moved]
+
+    def alter_partition_reassignments(self, reassignments: Mapping[TopicPartition, list[str]]) -> dict:
+        """Move partitions to the given Ray node ids (the first becomes the preferred leader). New
+        replicas copy the log and join the ISR before the old ones are dropped."""
+        request = {(validate_topic_name(tp[0]), int(tp[1])): list(nodes) for tp, nodes in reassignments.items()}
+        result = self._call(self._controller.reassign_partitions.remote(request))
+        for name, _ in request:
+            self._cluster.metadata.invalidate(name)
+        return {TopicPartition(*k): v for k, v in result.items()}
 
     def list_offsets(self, requests: Mapping[TopicPartition, int]) -> dict[TopicPartition, OffsetAndTimestamp | None]:
         """Per partition, the offset for a timestamp in ms, EARLIEST_TIMESTAMP (-2) or LATEST_TIMESTAMP (-1)."""

@@ -44,12 +44,13 @@ _default: Cluster | None = None
 
 
 def connect(address: str | None = None, *, namespace: str = "raylog", data_root: str | None = None,
-            request_timeout_ms: int = 30_000, **ray_init_kwargs) -> Cluster:
+            request_timeout_ms: int = 30_000, cluster_config: dict | None = None, **ray_init_kwargs) -> Cluster:
     """Attach to the Ray cluster at ``address`` (start a local one if None and none is running),
-    then to raylog's controller, starting it on this node if none runs yet.
+    then to raylog's controller, starting it on Ray's head node if none runs yet.
 
-    A local Ray started here listens on loopback only. ``data_root`` applies when this call starts
-    the controller; a running controller keeps the root it was started with.
+    A local Ray started here listens on loopback only. ``data_root`` and ``cluster_config`` (more
+    ClusterConfig fields, e.g. {"replica_lag_time_max_ms": 5000}) apply when this call starts the
+    controller; a running controller keeps the settings it was started with.
     """
     global _default
     if not ray.is_initialized():
@@ -59,7 +60,7 @@ def connect(address: str | None = None, *, namespace: str = "raylog", data_root:
         ray_init_kwargs.setdefault("log_to_driver", True)
         ray.init(address=address, namespace=namespace, **ray_init_kwargs)
     config = ClusterConfig(namespace=namespace, request_timeout_ms=request_timeout_ms,
-                           **({"data_root": data_root} if data_root else {}))
+                           **({"data_root": data_root} if data_root else {}), **(cluster_config or {}))
     controller = _controller(config)
     try:
         running = ray_calls.get(controller.cluster_config.remote(), request_timeout_ms / 1000)
@@ -75,12 +76,13 @@ def _controller(config: ClusterConfig):
     except ValueError:
         pass
     from actors.controller import Controller  # the one place a client starts an actor: bootstrap
-    from placement.nodes import pinned
+    from placement.nodes import head_node_id, pinned
 
+    # On the head node: its loss ends the Ray cluster anyway, so the metadata log there is lost only
+    # with the cluster, never with a worker node.
     return ray.remote(Controller).options(
         name=CONTROLLER_ACTOR_NAME, namespace=config.namespace, lifetime="detached", get_if_exists=True,
-        num_cpus=0, max_restarts=-1, max_task_retries=-1,
-        scheduling_strategy=pinned(ray.get_runtime_context().get_node_id()),
+        num_cpus=0, max_restarts=-1, max_task_retries=-1, scheduling_strategy=pinned(head_node_id()),
     ).remote(asdict(config))
 
 

@@ -76,7 +76,11 @@ class TopicConfig:
     delete_retention_ms: int = 24 * 3600 * 1000
     """How long compaction keeps tombstones (null values). Kafka: 1 day."""
     min_insync_replicas: int = 1
-    """Replicas that must have a record before an acks='all' produce succeeds. Kafka: 1."""
+    """In-sync replicas (the leader included) an acks='all' produce needs: with fewer, it fails with
+    NotEnoughReplicasError and is not acknowledged. Kafka: 1."""
+    unclean_leader_election_enable: bool = False
+    """With no in-sync replica alive, elect an out-of-sync one (losing what it lacks) instead of
+    keeping the partition offline. Kafka: false."""
 
     def __post_init__(self) -> None:
         _check(self.cleanup_policy in ("delete", "compact"),
@@ -94,6 +98,8 @@ class TopicConfig:
         _check_int(self, "flush_ms", 0)
         _check_int(self, "delete_retention_ms", 0)
         _check_int(self, "min_insync_replicas", 1)
+        _check(isinstance(self.unclean_leader_election_enable, bool),
+               f"unclean_leader_election_enable must be a bool, got {self.unclean_leader_election_enable!r}")
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any] | None = None, **kwargs: Any) -> "TopicConfig":
@@ -106,23 +112,54 @@ class TopicConfig:
 
 @dataclass(frozen=True, slots=True)
 class ClusterConfig:
-    """Where raylog keeps its actors and data on a Ray cluster (raylog.connect)."""
+    """Where raylog keeps its actors and data on a Ray cluster, and the controller's settings
+    (Kafka's broker configs that raylog has). Fixed when the controller first starts."""
 
     namespace: str = "raylog"
     """Ray namespace of every raylog actor, so any driver finds them by name."""
     data_root: str = "~/.raylog/data"
     """Root under which each node gets ``node-<node id>/`` for its partitions; the
-    controller's metadata log lives under ``controller/`` on the node it runs on."""
+    controller's metadata log lives under ``controller/`` on the head node."""
     replica_max_restarts: int = -1
     """How often Ray restarts a crashed replica on its node (-1 = forever)."""
     request_timeout_ms: int = 30_000
     """Bound on any single admin or metadata call."""
+    replica_lag_time_max_ms: int = 30_000
+    """A follower that has not caught up with the leader for this long leaves the ISR. Kafka: 30 s."""
+    replica_fetch_max_bytes: int = 8 * 1024 * 1024
+    """Bytes a follower asks for per fetch. Kafka: 1 MiB; a Ray call costs ~1 ms, so followers pull MBs."""
+    replica_fetch_wait_max_ms: int = 500
+    """How long a follower's fetch waits at the leader for new data. Kafka: 500."""
+    auto_leader_rebalance_enable: bool = True
+    """Move leadership back to each partition's preferred (first) replica when it is in sync. Kafka: true."""
+    leader_imbalance_check_interval_ms: int = 30_000
+    """How often the controller checks for leaders away from their preferred replica. Kafka: 300 s;
+    raylog checks sooner because Ray nodes come and go more often than brokers."""
+    node_check_interval_ms: int = 1_000
+    """How often the controller asks Ray which nodes are alive (one call to Ray's GCS)."""
+    replica_reassign_after_ms: int = 0
+    """A replica whose Ray node is gone for this long moves to a live node without a replica of its
+    partition, as soon as one exists. A Ray node id never comes back (a restarted node is a new node),
+    so waiting buys nothing unless nodes are named (see placement/nodes.py); -1 never moves."""
+    offsets_topic_num_partitions: int = 8
+    """Partitions of ``__consumer_offsets`` (one group coordinator actor each). Kafka: 50."""
 
     def __post_init__(self) -> None:
         _check(isinstance(self.namespace, str) and bool(self.namespace), "namespace must be a non-empty string")
         _check(isinstance(self.data_root, str) and bool(self.data_root), "data_root must be a non-empty string")
         _check_int(self, "replica_max_restarts", -1)
         _check_int(self, "request_timeout_ms", 1)
+        _check_int(self, "replica_lag_time_max_ms", 1)
+        _check_int(self, "replica_fetch_max_bytes", 1024)
+        _check_int(self, "replica_fetch_wait_max_ms", 0)
+        _check(isinstance(self.auto_leader_rebalance_enable, bool), "auto_leader_rebalance_enable must be a bool")
+        _check_int(self, "leader_imbalance_check_interval_ms", 1)
+        _check_int(self, "node_check_interval_ms", 10)
+        _check_int(self, "replica_reassign_after_ms", -1)
+        _check_int(self, "offsets_topic_num_partitions", 1)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
 
 MAX_IN_FLIGHT_WITH_IDEMPOTENCE = 5

@@ -136,6 +136,20 @@ class NotLeaderForPartitionError(RaylogError):
     retriable = True
 
 
+class FencedLeaderEpochError(RaylogError):
+    """A request named a leader epoch older than the replica's (the caller's metadata is stale), or
+    a replaced leader asked to change the ISR (it is fenced for good). Refresh metadata and retry."""
+
+    retriable = True
+
+
+class LeaderNotAvailableError(RaylogError):
+    """The partition has no leader right now: an election is under way, or no in-sync replica is
+    alive and unclean_leader_election_enable is off (the partition stays offline, never truncated)."""
+
+    retriable = True
+
+
 class ReplicaNotAvailableError(RaylogError):
     """The replica's actor is dead or restarting."""
 

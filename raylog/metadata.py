@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 
 from raylog import ray_calls
-from raylog.errors import InvalidPartitionError
+from raylog.errors import InvalidPartitionError, LeaderNotAvailableError
 from raylog.naming import validate_topic_name
 from raylog.protocol import TopicDescription
 
@@ -58,10 +58,18 @@ class Metadata:
         return self.topic(topic).num_partitions
 
     def leader(self, topic: str, partition: int):
+        """The partition leader's actor handle; LeaderNotAvailableError (retriable) while offline."""
         leaders = self.topic(topic).leaders
         if not isinstance(partition, int) or isinstance(partition, bool) or not 0 <= partition < len(leaders):
             raise InvalidPartitionError(f"topic {topic!r} has partitions 0..{len(leaders) - 1}, not {partition!r}")
-        return leaders[partition]
+        handle = leaders[partition]
+        if handle is None:
+            self.invalidate(topic)
+            raise LeaderNotAvailableError(f"{topic}-{partition} has no leader now (no in-sync replica is alive)")
+        return handle
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        return self.topic(topic).description.partitions[partition].leader_epoch
 
     def invalidate(self, topic: str | None = None) -> None:
         with self._lock:

@@ -32,5 +32,6 @@ def partition_dir_name(topic: str, partition: int) -> str:
     return f"{validate_topic_name(topic)}-{partition}"
 
 
-def replica_actor_name(topic: str, partition: int, replica_id: int) -> str:
-    return f"raylog-replica/{topic}/{partition}/{replica_id}"
+def replica_actor_name(topic: str, topic_id: str, partition: int, replica_id: int) -> str:
+    """Named by topic id too, so a replica of a deleted topic never answers for a new one."""
+    return f"raylog-replica/{topic}/{topic_id[:8]}/{partition}/{replica_id}"

@@ -51,10 +51,23 @@ class ReplicaAssignment:
 class PartitionInfo:
     topic: str
     partition: int
-    leader: ReplicaAssignment
+    leader: ReplicaAssignment | None
+    """None while the partition is offline (no in-sync replica alive)."""
     replicas: tuple[ReplicaAssignment, ...]
     leader_epoch: int
     actor_name: str
+    """The leader replica's actor name ("" while offline)."""
+    isr: tuple[int, ...] = ()
+    """Replica ids of the in-sync replicas."""
+    partition_epoch: int = 0
+
+    @property
+    def offline(self) -> bool:
+        return self.leader is None
+
+    @property
+    def under_replicated(self) -> bool:
+        return len(self.isr) < len(self.replicas)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,3 +76,4 @@ class TopicDescription:
     partitions: tuple[PartitionInfo, ...]
     config: dict = field(default_factory=dict)
     internal: bool = False
+    topic_id: str = ""

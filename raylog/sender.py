@@ -104,6 +104,9 @@ class Sender(threading.Thread):
         self.acks = config.required_acks
         self.idempotent = config.enable_idempotence
         self.builder = BatchBuilder(config, producer_id)
+        # The replica gives up waiting for the ISR a little before this producer gives up on the call,
+        # so an acks='all' timeout comes back as the replica's error rather than a lost response.
+        self._replica_wait_ms = max(1, config.request_timeout_ms - min(1000, config.request_timeout_ms // 10))
         self.partitions: dict = {}
         self.in_flight: dict = {}
         """ObjectRef -> (batch, attempt): calls awaiting their response."""
@@ -230,7 +233,8 @@ class Sender(threading.Thread):
             info = self.metadata.topic(batch.tp.topic, self.config.metadata_max_age_ms / 1000)
             leader = self.metadata.leader(batch.tp.topic, batch.tp.partition)
             ref = leader.produce.remote(np.frombuffer(batch.records, dtype=np.uint8), self.acks,
-                                        info.description.partitions[batch.tp.partition].leader_epoch)
+                                        info.description.partitions[batch.tp.partition].leader_epoch,
+                                        self._replica_wait_ms)
         except Exception as exc:  # noqa: BLE001 - metadata errors complete the batch like call errors
             self._on_error(st, batch, ray_calls.translate(exc), now)
             return

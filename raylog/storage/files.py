@@ -12,6 +12,12 @@ the segment; unlinked right after the rename), ``.cleaned`` (compaction is
 writing a replacement), ``.swap`` (the replacement is complete and about to
 take the old file's place). Recovery finishes or undoes each of them.
 
+Beside them: ``<20-digit offset>.snapshot`` (producer state as of that offset,
+producer_state.py), ``leader-epoch-checkpoint`` (leader_epoch.py),
+``partition.metadata`` (the id of the topic incarnation the directory belongs
+to, so a topic deleted while a replica was down and created again under the
+same name never reopens its files) and ``high-watermark-checkpoint``.
+
 Checkpoints are small text files written atomically (temp file, fsync, rename):
 a first line ``raylog-checkpoint <version>`` and the value on the second.
 """
@@ -28,11 +34,16 @@ DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 TMP_SUFFIX = ".tmp"
+SNAPSHOT_SUFFIX = ".snapshot"
 
 CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
 """Present only between a clean close and the next open: its absence means recover."""
 LOG_START_OFFSET_FILE = "log-start-offset-checkpoint"
 """The log start offset, which can sit above the first segment's base (delete_records)."""
+HIGH_WATERMARK_FILE = "high-watermark-checkpoint"
+"""The last high watermark the replica knew, so a restarted leader does not hide committed records."""
+LEADER_EPOCH_CHECKPOINT_FILE = "leader-epoch-checkpoint"
+PARTITION_METADATA_FILE = "partition.metadata"
 
 CHECKPOINT_VERSION = 1
 OFFSET_DIGITS = 20
@@ -57,6 +68,10 @@ def time_index_path(directory: Path, base_offset: int) -> Path:
 def segment_paths(directory: Path, base_offset: int) -> tuple[Path, Path, Path]:
     return (log_path(directory, base_offset), index_path(directory, base_offset),
             time_index_path(directory, base_offset))
+
+
+def snapshot_path(directory: Path, offset: int) -> Path:
+    return directory / (filename_prefix(offset) + SNAPSHOT_SUFFIX)
 
 
 def base_offset_of(path: Path) -> int | None:
@@ -96,3 +111,21 @@ def read_checkpoint(path: Path) -> int | None:
         return int(lines[1])
     except ValueError:
         return None
+
+
+def read_text_value(path: Path) -> str | None:
+    """The second line of a small text file (partition.metadata), or None."""
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return None
+    return lines[1] if len(lines) == 2 else None
+
+
+def write_text_value(path: Path, header: str, value: str) -> None:
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    with open(tmp, "w") as f:
+        f.write(f"{header}\n{value}\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

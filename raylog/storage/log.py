@@ -60,8 +60,12 @@ class AppendInfo:
 class PartitionLog:
     """One partition's log in ``directory``; opening it recovers whatever a crash left."""
 
-    def __init__(self, directory: str | Path, config: TopicConfig | None = None, clock: Clock = wall_clock_ms):
+    def __init__(self, directory: str | Path, config: TopicConfig | None = None, clock: Clock = wall_clock_ms,
+                 on_roll: Callable[[int], None] | None = None):
+        """``on_roll(offset)`` runs when a new segment is about to start at ``offset`` (every record
+        below it is in older segments): the replica snapshots its producer state there."""
         self.directory = Path(directory)
+        self._on_roll = on_roll
         self.config = config or TopicConfig()
         self._now = clock
         self.stats = LogStats()
@@ -177,6 +181,8 @@ class PartitionLog:
         old = self.active
         if old.is_empty:
             return old
+        if self._on_roll is not None:
+            self._on_roll(self.log_end_offset)
         old.deactivate()
         seg = Segment(self.directory, self.log_end_offset, self.config)
         seg.activate()
