@@ -328,7 +328,8 @@ class Controller:
                     load[new] += 1
                 if len(unreplaced) == len(gone):
                     continue
-                target += unreplaced
+                # The head stays last in the order, so it leads only when no other replica can.
+                target = sorted(target, key=lambda n: n in secondary) + unreplaced
                 placement = [(n, placement_nodes.node_data_dir(self.config.data_root, n)) for n in target]
                 records, state = self.state.reassign(topic.name, p, placement)
                 self._commit(records)

@@ -1,0 +1,64 @@
+"""Losing nodes under an acks='all' workload (issue 13).
+
+Fault model: a simulated Ray node (raylet and every process on it) is killed
+without warning, the way a machine is lost; Ray takes ~2 s to declare it dead
+and its replica processes may keep answering meanwhile (zombies). Then a
+fresh node joins, as an autoscaler or an operator would add one. The
+partition's leader's node is the one removed, five times in a row.
+
+What must survive: with replication factor 3, acks='all' and
+min_insync_replicas=2, every acknowledged record is in the log exactly once at
+the offset its acknowledgement reported, per-key order holds, and no record a
+consumer read ever disappears (tests/support/history.py names each anomaly).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.conftest import wait_for
+from tests.support.cluster import simulated_cluster
+from tests.support.workload import Workload, read_everything
+
+pytestmark = [pytest.mark.ray, pytest.mark.cluster, pytest.mark.slow]
+
+
+@pytest.fixture
+def sim(tmp_path):
+    with simulated_cluster(str(tmp_path / "data"), workers=3,
+                           cluster_config={"replica_lag_time_max_ms": 4000}) as sim:
+        yield sim
+
+
+def leader_node(cluster, topic: str, partition: int = 0) -> str:
+    cluster.metadata.invalidate(topic)
+    return cluster.admin().describe_topics([topic])[0].partitions[partition].leader.node_id
+
+
+def fully_replicated(cluster, topic: str) -> bool:
+    return all(len(p["isr"]) == 3 and not p["adding"] and not p["offline"]
+               for p in cluster.admin().describe_partitions(topic))
+
+
+def test_acks_all_records_survive_the_leaders_node_being_lost_five_times(sim):
+    cluster = sim.cluster
+    topic = "node-loss"
+    cluster.admin().create_topic(topic, 3, replication_factor=3, min_insync_replicas=2)
+    workload = Workload(cluster, topic, request_timeout_ms=10_000)
+    try:
+        wait_for(lambda: workload.acked() > 300, timeout_s=60)
+        for _ in range(5):
+            node = leader_node(cluster, topic)
+            sim.remove(node)
+            before = workload.acked()
+            wait_for(lambda: workload.acked() > before + 300, timeout_s=90, interval_s=0.5)
+            wait_for(lambda: leader_node(cluster, topic) != node, timeout_s=60, interval_s=0.5)
+            sim.add()
+            wait_for(lambda: fully_replicated(cluster, topic), timeout_s=120, interval_s=1)
+    finally:
+        workload.stop()
+    final = read_everything(cluster, topic)
+    anomalies = workload.history.check(final)
+    assert anomalies == {}, {k: v[:5] for k, v in anomalies.items()}
+    assert workload.acked() > 1500
+    assert not workload.history.failed, list(workload.history.failed.items())[:3]

@@ -1,0 +1,89 @@
+"""Killing replica and controller processes under an acks='all' workload (issue 13).
+
+Fault model: SIGKILL of a process, no clean shutdown: the partition leader's
+replica process (Ray restarts it on its node; it recovers its log, truncates
+by leader epoch and rejoins as a follower), and the controller in the middle
+of the elections that follow (Ray restarts it; it replays its metadata log,
+finds the replicas and tells each the current state again).
+
+What must survive: every record acknowledged with acks='all' is in the log
+exactly once at its acknowledged offset, in per-key order, and nothing a
+consumer read disappears (tests/support/history.py).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+import ray
+
+from raylog.naming import CONTROLLER_ACTOR_NAME
+from tests.integration.conftest import wait_for
+from tests.support.cluster import simulated_cluster
+from tests.support.workload import Workload, read_everything
+
+pytestmark = [pytest.mark.ray, pytest.mark.cluster, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory):
+    with simulated_cluster(str(tmp_path_factory.mktemp("kills")), workers=3,
+                           cluster_config={"replica_lag_time_max_ms": 4000}) as sim:
+        yield sim
+
+
+def leader_info(cluster, topic: str, partition: int) -> dict:
+    return cluster.admin().describe_partitions(topic)[partition]
+
+
+def check(workload: Workload, cluster, topic: str) -> None:
+    final = read_everything(cluster, topic)
+    anomalies = workload.history.check(final)
+    assert anomalies == {}, {k: v[:5] for k, v in anomalies.items()}
+    assert not workload.history.failed, list(workload.history.failed.items())[:3]
+
+
+def test_acks_all_records_survive_the_leader_process_being_killed(sim):
+    cluster = sim.cluster
+    topic = "leader-kills"
+    cluster.admin().create_topic(topic, 2, replication_factor=3, min_insync_replicas=2)
+    workload = Workload(cluster, topic, request_timeout_ms=10_000)
+    try:
+        wait_for(lambda: workload.acked() > 300, timeout_s=60)
+        for round_ in range(4):
+            partition = round_ % 2
+            victim = leader_info(cluster, topic, partition)
+            os.kill(victim["pid"], signal.SIGKILL)
+            before = workload.acked()
+            wait_for(lambda: workload.acked() > before + 300, timeout_s=60, interval_s=0.5)
+            wait_for(lambda: leader_info(cluster, topic, partition).get("leader_epoch", -1) > victim["leader_epoch"],
+                     timeout_s=60, interval_s=0.5)
+            wait_for(lambda: len(leader_info(cluster, topic, partition)["isr"]) == 3, timeout_s=60, interval_s=0.5)
+    finally:
+        workload.stop()
+    check(workload, cluster, topic)
+
+
+def test_acks_all_records_survive_the_controller_being_killed_mid_election(sim):
+    cluster = sim.cluster
+    topic = "controller-kills"
+    cluster.admin().create_topic(topic, 2, replication_factor=3, min_insync_replicas=2)
+    workload = Workload(cluster, topic, request_timeout_ms=10_000)
+    controller = ray.get_actor(CONTROLLER_ACTOR_NAME, namespace="raylog")
+    try:
+        wait_for(lambda: workload.acked() > 300, timeout_s=60)
+        for partition in (0, 1):
+            victim = leader_info(cluster, topic, partition)
+            controller_pid = ray.get(controller.ping.remote())
+            os.kill(victim["pid"], signal.SIGKILL)
+            os.kill(controller_pid, signal.SIGKILL)  # while it learns of the death and elects
+            wait_for(lambda: ray.get(controller.ping.remote(), timeout=5) != controller_pid, timeout_s=60)
+            before = workload.acked()
+            wait_for(lambda: workload.acked() > before + 300, timeout_s=90, interval_s=0.5)
+            wait_for(lambda: len(leader_info(cluster, topic, partition)["isr"]) == 3, timeout_s=90, interval_s=0.5)
+        assert cluster.admin().list_topics().count(topic) == 1, "the restarted controller kept its metadata"
+    finally:
+        workload.stop()
+    check(workload, cluster, topic)
