@@ -362,7 +362,7 @@ class Controller:
 
     async def _delete_replica(self, handle) -> None:
         try:
-            await asyncio.wait_for(handle.delete_data.remote(), self.config.request_timeout_ms / 1000)
+            await asyncio.wait_for(handle.delete_data.remote(), self.config.request_timeout_ms / 2000)
         except Exception:  # noqa: BLE001 - it is going away either way
             pass
         ray.kill(handle, no_restart=True)
@@ -487,26 +487,27 @@ class Controller:
             self._push(topic, p)
 
     async def delete_topic(self, name: str) -> None:
+        """Record the deletion, then remove each replica's files in the background: a replica that
+        is down or stops answering is finished later (its node's files are removed once the node
+        answers), and a new topic of the same name never reopens them (its topic id differs)."""
         await self._ensure_started()
-        topic = self.state.topic(name)
-        unreachable = lambda r: r["node_id"] not in self.nodes_alive  # noqa: E731
-        records, topic = self.state.delete_topic(name, unreachable)
+        records, topic = self.state.delete_topic(name, lambda r: True)
         self._commit(records)
-        deletions = []
         for p, part in enumerate(topic.partitions):
             for r in part["replicas"]:
                 key = self._key(topic, p, r["replica_id"])
-                handle = self.handles.pop(key, None)
+                self.handles.pop(key, None)
                 self.alive.discard(key)
                 task = self._watchers.pop(key, None)
                 if task is not None:
                     task.cancel()
-                if handle is not None and not unreachable(r):
-                    deletions.append(self._delete_replica(handle))
-        await asyncio.gather(*deletions, return_exceptions=True)
+                replica = self.state.pending_deletions[(topic.topic_id, p, r["replica_id"])]
+                self._background.append(asyncio.get_running_loop().create_task(
+                    self._finish_deletion(topic.topic_id, p, r["replica_id"], replica)))
 
     async def _finish_deletion(self, topic_id: str, p: int, rid: int, replica: dict) -> None:
-        """A deleted topic's replica on a node that was down: delete its files once it answers."""
+        """Delete one replica's files: through its actor, or, when the actor is gone or does not
+        answer, with a task on its node. Waits while the node is down."""
         name = replica_actor_name(replica["topic"], topic_id, p, rid)
         while (topic_id, p, rid) in self.state.pending_deletions:
             if replica["node_id"] in self.nodes_alive:
@@ -516,6 +517,13 @@ class Controller:
                     handle = None
                 if handle is not None:
                     await self._delete_replica(handle)
+                try:
+                    await _remove_directory.options(
+                        scheduling_strategy=placement_nodes.pinned(replica["node_id"])).remote(
+                            replica["directory"], topic_id)
+                except Exception:  # noqa: BLE001 - the node went away meanwhile: try again when it is back
+                    await asyncio.sleep(ATTACH_RETRY_S)
+                    continue
                 self._commit(self.state.replica_deleted(topic_id, p, rid))
                 return
             await asyncio.sleep(self.config.node_check_interval_ms / 1000)
@@ -592,3 +600,21 @@ class Controller:
         await self._ensure_started()
         if name not in self.state.topics:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+
+
+@ray.remote(num_cpus=0, max_retries=0)
+def _remove_directory(directory: str, topic_id: str) -> None:
+    """On the replica's node: remove a deleted replica's directory if it still belongs to that topic
+    incarnation, and the topic id's directory above it once it is empty."""
+    import shutil
+    from pathlib import Path
+
+    from raylog.storage import files
+
+    path = Path(directory)
+    if files.read_text_value(path / files.PARTITION_METADATA_FILE) in (None, topic_id):
+        shutil.rmtree(path, ignore_errors=True)
+    try:
+        path.parent.rmdir()
+    except OSError:
+        pass  # other partitions of the topic are still there

@@ -43,7 +43,7 @@ from raylog.errors import (
     FencedLeaderEpochError, InvalidConfigError, InvalidPartitionError, InvalidReplicationFactorError,
     TopicAlreadyExistsError, UnknownTopicOrPartitionError,
 )
-from raylog.naming import partition_dir_name, validate_topic_name
+from raylog.naming import partition_path, validate_topic_name
 
 NO_LEADER = -1
 
@@ -60,8 +60,8 @@ class TopicState:
     partitions: list[dict] = field(default_factory=list)
 
 
-def _partition(placement: list[tuple[str, str]], name: str, index: int) -> dict:
-    replicas = [{"replica_id": r, "node_id": node, "directory": f"{root}/{partition_dir_name(name, index)}"}
+def _partition(placement: list[tuple[str, str]], name: str, topic_id: str, index: int) -> dict:
+    replicas = [{"replica_id": r, "node_id": node, "directory": partition_path(root, name, topic_id, index)}
                 for r, (node, root) in enumerate(placement)]
     ids = [r["replica_id"] for r in replicas]
     return {"replicas": replicas, "leader": ids[0], "leader_epoch": 0, "partition_epoch": 0, "isr": ids,
@@ -106,7 +106,7 @@ class ControllerState:
         if len(placement) != num_partitions or any(len(p) != replication_factor for p in placement):
             raise InvalidConfigError("placement must name a node per replica of every partition")
         record = {"type": "topic_created", "name": name, "topic_id": topic_id, "config": cfg.to_dict(),
-                  "partitions": [_partition(p, name, i) for i, p in enumerate(placement)]}
+                  "partitions": [_partition(p, name, topic_id, i) for i, p in enumerate(placement)]}
         return [record], name
 
     def create_partitions(self, name: str, total: int, place: Placer) -> tuple[list[dict], int]:
@@ -117,7 +117,7 @@ class ControllerState:
         rf = len(topic.partitions[0]["replicas"])
         placement = place(total - current, current, rf)
         record = {"type": "partitions_added", "name": name,
-                  "partitions": [_partition(p, name, current + i) for i, p in enumerate(placement)]}
+                  "partitions": [_partition(p, name, topic.topic_id, current + i) for i, p in enumerate(placement)]}
         return [record], total
 
     def delete_topic(self, name: str, unreachable: Callable[[dict], bool]) -> tuple[list[dict], TopicState]:
@@ -254,7 +254,7 @@ class ControllerState:
                 new_replicas.append(by_node[node])
             else:
                 replica = {"replica_id": next_id, "node_id": node,
-                           "directory": f"{root}/{partition_dir_name(name, partition)}"}
+                           "directory": partition_path(root, name, self.topics[name].topic_id, partition)}
                 next_id += 1
                 new_replicas.append(replica)
                 adding.append(replica["replica_id"])

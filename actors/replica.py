@@ -603,7 +603,9 @@ class PartitionReplica:
         self.state.become_none()
         self._fail_waiting(NotLeaderForPartitionError(f"{self.topic}-{self.partition} was deleted here"))
         self.log.close_unclean()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        # Only if the directory is still this topic's: a new topic of the same name may own the path now.
+        if files.read_text_value(Path(self.directory) / files.PARTITION_METADATA_FILE) in (None, self.topic_id):
+            shutil.rmtree(self.directory, ignore_errors=True)
 
 
 def _restarted() -> bool:

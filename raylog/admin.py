@@ -7,7 +7,7 @@ from typing import Iterable, Mapping
 
 from raylog import ray_calls
 from raylog.config import TopicConfig
-from raylog.errors import InvalidConfigError, RaylogError
+from raylog.errors import InvalidConfigError, RaylogError, ReplicaNotAvailableError
 from raylog.naming import validate_topic_name
 from raylog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TopicDescription
 from raylog.records import OffsetAndTimestamp, TopicPartition
@@ -96,6 +96,21 @@ class AdminClient:
                 except RaylogError as exc:
                     info["leader_error"] = f"{type(exc).__name__}: {exc}"
             out.append(info)
+        return out
+
+    def describe_replicas(self, topic: str, partition: int) -> list[dict]:
+        """Every replica of one partition as it sees itself: role, pid, node, offsets, epochs (an
+        unreachable replica gives ``error`` instead)."""
+        validate_topic_name(topic)
+        handles = self._call(self._controller.replica_handles.remote(topic, partition))
+        out = []
+        for rid, handle in sorted(handles.items()):
+            try:
+                if handle is None:
+                    raise ReplicaNotAvailableError(f"replica {rid} has no actor (its node is gone)")
+                out.append(ray_calls.get(handle.attach.remote(), min(self._timeout_s, 5.0)))
+            except RaylogError as exc:
+                out.append({"replica_id": rid, "error": f"{type(exc).__name__}: {exc}"})
         return out
 
     def elect_leaders(self, partitions: Iterable[TopicPartition] | None = None) -> list[TopicPartition]:

@@ -8,7 +8,7 @@ from dataclasses import asdict
 import ray
 
 from raylog import ray_calls
-from raylog.config import ClusterConfig
+from raylog.config import ClusterConfig, config_from_mapping
 from raylog.errors import ControllerNotAvailableError
 from raylog.metadata import Metadata
 from raylog.naming import CONTROLLER_ACTOR_NAME
@@ -59,8 +59,9 @@ def connect(address: str | None = None, *, namespace: str = "raylog", data_root:
         ray_init_kwargs.setdefault("include_dashboard", False)
         ray_init_kwargs.setdefault("log_to_driver", True)
         ray.init(address=address, namespace=namespace, **ray_init_kwargs)
-    config = ClusterConfig(namespace=namespace, request_timeout_ms=request_timeout_ms,
-                           **({"data_root": data_root} if data_root else {}), **(cluster_config or {}))
+    settings = {"namespace": namespace, "request_timeout_ms": request_timeout_ms,
+                **({"data_root": data_root} if data_root else {}), **(cluster_config or {})}
+    config = config_from_mapping(ClusterConfig, settings)
     controller = _controller(config)
     try:
         running = ray_calls.get(controller.cluster_config.remote(), request_timeout_ms / 1000)

@@ -32,6 +32,14 @@ def partition_dir_name(topic: str, partition: int) -> str:
     return f"{validate_topic_name(topic)}-{partition}"
 
 
+def partition_path(node_root: str, topic: str, topic_id: str, partition: int) -> str:
+    """``<node dir>/<topic id, 8 hex>/<topic>-<partition>``: each incarnation of a topic name gets its
+    own directory, so deleting one never races with creating the next (Kafka renames a deleted
+    log directory to ``.<id>-delete`` for the same reason), and each path component stays within
+    the 255-byte file name limit that bounds topic names to 249 characters."""
+    return f"{node_root}/{topic_id[:8]}/{partition_dir_name(topic, partition)}"
+
+
 def replica_actor_name(topic: str, topic_id: str, partition: int, replica_id: int) -> str:
     """Named by topic id too, so a replica of a deleted topic never answers for a new one."""
     return f"raylog-replica/{topic}/{topic_id[:8]}/{partition}/{replica_id}"

@@ -5,6 +5,10 @@ import random
 
 import pytest
 
+# A client thread left running by a failed test must not re-attach Ray on its own after a fixture
+# shut it down (Ray's auto-connect would otherwise join the next test's cluster, or a dead one).
+os.environ.setdefault("RAY_ENABLE_AUTO_CONNECT", "0")
+
 
 @pytest.fixture
 def seed(request):

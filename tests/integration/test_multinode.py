@@ -48,7 +48,7 @@ def test_partitions_spread_over_the_worker_nodes_and_live_under_each_nodes_direc
     for part, info in zip(desc.partitions, infos):
         assert info["node_id"] == part.leader.node_id
         node_dir = Path(root) / f"node-{part.leader.node_id[:16]}"
-        assert Path(info["directory"]).parent == node_dir
+        assert Path(info["directory"]).parent.parent == node_dir
         assert any(f.suffix == ".log" for f in Path(info["directory"]).iterdir())
         assert info["log_end_offset"] == 10
     producer.close()

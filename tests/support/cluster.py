@@ -66,4 +66,10 @@ def simulated_cluster(data_root: str, workers: int = 3, cluster_config: dict | N
         yield SimulatedCluster(sim, cluster)
     finally:
         ray.shutdown()
-        sim.shutdown()
+        try:
+            sim.shutdown()
+        except ValueError:
+            # A client thread (a producer left open by a failed test) re-attached Ray after the
+            # shutdown above; detach again so the simulated nodes can be stopped.
+            ray.shutdown()
+            sim.shutdown()

@@ -1,0 +1,234 @@
+"""Replication on a simulated cluster (head + 3 workers): ISR, acks, epochs, admin (issue 13).
+
+Followers are paused with SIGSTOP (a process that stops answering without dying,
+like a stalled disk or a GC pause) and resumed with SIGCONT.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from raylog.errors import (
+    InvalidConfigError, InvalidReplicationFactorError, NotEnoughReplicasError,
+)
+from raylog.records import TopicPartition
+from tests.integration.conftest import wait_for
+from tests.support.cluster import simulated_cluster
+from tests.support.topics import consume_all
+
+pytestmark = [pytest.mark.ray, pytest.mark.cluster]
+
+LAG_MS = 3000
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory):
+    root = tmp_path_factory.mktemp("replication")
+    with simulated_cluster(str(root), workers=3, cluster_config={
+            "replica_lag_time_max_ms": LAG_MS, "auto_leader_rebalance_enable": False,
+            "request_timeout_ms": 8000}) as sim:
+        sim.root = root
+        yield sim
+
+
+def new_topic(sim, partitions=1, rf=3, **configs) -> str:
+    name = f"r-{uuid.uuid4().hex[:8]}"
+    sim.cluster.admin().create_topic(name, partitions, replication_factor=rf, **configs)
+    return name
+
+
+def replicas(sim, topic: str, partition: int = 0) -> dict[int, dict]:
+    return {r["replica_id"]: r for r in sim.cluster.admin().describe_replicas(topic, partition)}
+
+
+def isr(sim, topic: str, partition: int = 0) -> list[int]:
+    return sim.cluster.admin().describe_partitions(topic)[partition]["isr"]
+
+
+def followers(sim, topic: str) -> list[dict]:
+    return [r for r in replicas(sim, topic).values() if r.get("role") == "follower"]
+
+
+def test_replicas_live_on_distinct_worker_nodes_and_leaders_spread(sim):
+    topic = new_topic(sim, partitions=6, rf=3)
+    desc = sim.cluster.admin().describe_topics([topic])[0]
+    head = sim.head_id()
+    leaders = [p.leader.node_id for p in desc.partitions]
+    for p in desc.partitions:
+        nodes = [r.node_id for r in p.replicas]
+        assert len(set(nodes)) == 3 and head not in nodes
+        assert p.isr == (0, 1, 2)
+    assert sorted(leaders.count(n) for n in set(leaders)) == [2, 2, 2]
+    for p in desc.partitions:
+        for r in p.replicas:
+            assert Path(r.directory).parent.parent == Path(sim.root) / f"node-{r.node_id[:16]}"
+
+
+def test_every_in_sync_replica_has_an_acks_all_record_before_it_is_acknowledged(sim):
+    topic = new_topic(sim, min_insync_replicas=2)
+    producer = sim.cluster.producer(acks="all")
+    offsets = producer.send_batch(topic, [b"%d" % i for i in range(500)]).offsets(timeout=60)
+    assert offsets.tolist() == list(range(500))
+    ends = {rid: r["log_end_offset"] for rid, r in replicas(sim, topic).items()}
+    assert ends == {0: 500, 1: 500, 2: 500}
+    producer.close()
+
+
+@pytest.mark.parametrize("call,error,words", [
+    (lambda a, t: a.create_topic(t, 1, 0), InvalidReplicationFactorError, "replication factor"),
+    (lambda a, t: a.create_topic(t, 1, 5), InvalidReplicationFactorError, "5 live nodes, and 4 are alive"),
+    (lambda a, t: a.create_topic(t, 1, 2, min_insync_replicas=3), InvalidConfigError, "min_insync_replicas 3"),
+])
+def test_bad_replication_settings_are_refused_before_anything_changes(sim, call, error, words):
+    admin = sim.cluster.admin()
+    before = admin.list_topics()
+    name = f"bad-{uuid.uuid4().hex[:6]}"
+    with pytest.raises(error, match=words):
+        call(admin, name)
+    assert admin.list_topics() == before
+
+
+@pytest.mark.parametrize("acks", [2, "2", "leader", -2, None])
+def test_acks_other_than_0_1_all_is_refused(sim, acks):
+    with pytest.raises(InvalidConfigError, match="acks"):
+        sim.cluster.producer(acks=acks)
+
+
+def test_a_stopped_follower_leaves_the_isr_and_acks_all_keeps_working_until_too_few_remain(sim):
+    topic = new_topic(sim, min_insync_replicas=2)
+    strict = sim.cluster.producer(acks="all", retries=1, retry_backoff_ms=50, request_timeout_ms=5000)
+    strict.send(topic, b"warm").get(timeout=30)
+    paused = [r["pid"] for r in followers(sim, topic)]
+    assert len(paused) == 2
+    os.kill(paused[0], signal.SIGSTOP)
+    try:
+        wait_for(lambda: len(isr(sim, topic)) == 2, timeout_s=LAG_MS / 1000 + 20)
+        assert strict.send(topic, b"two in sync").get(timeout=30).offset == 1
+        os.kill(paused[1], signal.SIGSTOP)
+        wait_for(lambda: len(isr(sim, topic)) == 1, timeout_s=LAG_MS / 1000 + 20)
+        with pytest.raises(NotEnoughReplicasError):
+            strict.send(topic, b"one in sync").get(timeout=30)
+        loose = sim.cluster.producer(acks=1)
+        assert loose.send(topic, b"acks=1 still works").get(timeout=30).offset >= 2
+        loose.close()
+    finally:
+        for pid in paused:
+            os.kill(pid, signal.SIGCONT)
+    wait_for(lambda: len(isr(sim, topic)) == 3, timeout_s=30)
+    assert strict.send(topic, b"back in sync").get(timeout=30).offset >= 3
+    ends = {r["log_end_offset"] for r in replicas(sim, topic).values()}
+    assert len(ends) == 1, "the resumed followers caught up"
+    strict.close()
+
+
+def test_an_old_leader_with_unreplicated_batches_drops_exactly_those_when_it_returns(sim):
+    """KIP-101's divergence, end to end: records the old leader took with acks=1 while its followers
+    were stopped never reached them; a follower is elected, the old leader comes back as a follower,
+    truncates to where its epoch ended on the new leader, and copies what the new leader wrote."""
+    topic = new_topic(sim, min_insync_replicas=1)
+    producer = sim.cluster.producer(acks=1, linger_ms=0)
+    committed = [producer.send(topic, b"committed-%d" % i).get(timeout=30).offset for i in range(5)]
+    wait_for(lambda: len({r["log_end_offset"] for r in replicas(sim, topic).values()}) == 1, timeout_s=20)
+    old = next(r for r in replicas(sim, topic).values() if r["role"] == "leader")
+    paused = [r["pid"] for r in followers(sim, topic)]
+    for pid in paused:
+        os.kill(pid, signal.SIGSTOP)
+    time.sleep(1.0)  # their parked fetches answer empty, so nothing below is on its way to them
+    try:
+        lost = [producer.send(topic, b"unreplicated-%d" % i).get(timeout=30).offset for i in range(3)]
+        assert lost == [5, 6, 7]
+        os.kill(old["pid"], signal.SIGKILL)
+    finally:
+        for pid in paused:
+            os.kill(pid, signal.SIGCONT)
+    producer.close()
+    sim.cluster.metadata.invalidate(topic)
+    writer = sim.cluster.producer(acks="all")
+    after = [writer.send(topic, b"new-leader-%d" % i).get(timeout=60).offset for i in range(3)]
+    assert after == [5, 6, 7], "the new leader's epoch starts where the followers' logs ended"
+    wait_for(lambda: replicas(sim, topic)[old["replica_id"]].get("log_end_offset") == 8
+             and replicas(sim, topic)[old["replica_id"]].get("role") == "follower", timeout_s=60)
+    wait_for(lambda: len(isr(sim, topic)) == 3, timeout_s=60)
+    consumer = sim.cluster.consumer(topic, auto_offset_reset="earliest")
+    values = [r.value for r in consume_all(consumer, 8)]
+    assert values == [b"committed-%d" % i for i in range(5)] + [b"new-leader-%d" % i for i in range(3)]
+    assert committed == [0, 1, 2, 3, 4]
+    writer.close()
+
+
+def test_describe_shows_leader_replicas_isr_and_under_replicated_partitions(sim):
+    topic = new_topic(sim)
+    (info,) = sim.cluster.admin().describe_partitions(topic)
+    assert info["leader"] == 0 and info["isr"] == [0, 1, 2] and not info["under_replicated"]
+    assert not info["offline"] and [r["replica_id"] for r in info["replicas"]] == [0, 1, 2]
+    assert all(r["alive"] for r in info["replicas"])
+    pid = followers(sim, topic)[0]["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: sim.cluster.admin().describe_partitions(topic)[0]["under_replicated"],
+                 timeout_s=LAG_MS / 1000 + 20)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    wait_for(lambda: not sim.cluster.admin().describe_partitions(topic)[0]["under_replicated"], timeout_s=30)
+
+
+def test_preferred_leader_election_moves_leadership_back_to_the_first_replica(sim):
+    topic = new_topic(sim)
+    producer = sim.cluster.producer(acks="all")
+    producer.send(topic, b"before").get(timeout=30)
+    leader = replicas(sim, topic)[0]
+    os.kill(leader["pid"], signal.SIGKILL)
+    wait_for(lambda: sim.cluster.admin().describe_partitions(topic)[0]["leader"] not in (0, -1), timeout_s=30)
+    wait_for(lambda: isr(sim, topic) == [0, 1, 2], timeout_s=60)
+    assert sim.cluster.admin().describe_partitions(topic)[0]["leader"] != 0, "automatic rebalance is off here"
+    moved = sim.cluster.admin().elect_leaders([TopicPartition(topic, 0)])
+    assert moved == [TopicPartition(topic, 0)]
+    info = sim.cluster.admin().describe_partitions(topic)[0]
+    assert info["leader"] == 0 and info["leader_epoch"] == 2
+    producer.send(topic, b"after").get(timeout=30)
+    consumer = sim.cluster.consumer(topic, auto_offset_reset="earliest")
+    assert [r.value for r in consume_all(consumer, 2)] == [b"before", b"after"]
+    producer.close()
+
+
+def test_a_partition_is_reassigned_to_other_nodes_after_the_new_replica_catches_up(sim):
+    topic = new_topic(sim, rf=2)
+    producer = sim.cluster.producer(acks="all")
+    producer.send_batch(topic, [b"%d" % i for i in range(1000)]).wait(timeout=60)
+    admin = sim.cluster.admin()
+    part = admin.describe_topics([topic])[0].partitions[0]
+    current = [r.node_id for r in part.replicas]
+    spare = next(n for n in sim.node_ids() if n not in current and n != sim.head_id())
+    old_dir = Path(part.replicas[1].directory)
+    admin.alter_partition_reassignments({TopicPartition(topic, 0): [current[0], spare]})
+    wait_for(lambda: [r["node_id"] for r in admin.describe_partitions(topic)[0]["replicas"]] == [current[0], spare]
+             and len(admin.describe_partitions(topic)[0]["isr"]) == 2, timeout_s=60)
+    wait_for(lambda: not old_dir.exists(), timeout_s=30)
+    producer.send_batch(topic, [b"x"] * 10).wait(timeout=60)
+    ends = {r["log_end_offset"] for r in admin.describe_replicas(topic, 0)}
+    assert ends == {1010}
+    producer.close()
+
+
+def test_a_topic_deleted_while_a_replica_was_stopped_is_not_reopened_by_a_new_topic_of_that_name(sim):
+    topic = new_topic(sim)
+    producer = sim.cluster.producer(acks="all")
+    producer.send_batch(topic, [b"old-%d" % i for i in range(50)]).wait(timeout=60)
+    paused = followers(sim, topic)[0]
+    os.kill(paused["pid"], signal.SIGSTOP)
+    try:
+        sim.cluster.admin().delete_topics([topic])
+    finally:
+        os.kill(paused["pid"], signal.SIGCONT)
+    sim.cluster.admin().create_topic(topic, 1, replication_factor=3)
+    producer.send_batch(topic, [b"new-%d" % i for i in range(5)]).wait(timeout=60)
+    consumer = sim.cluster.consumer(topic, auto_offset_reset="earliest")
+    assert [r.value for r in consume_all(consumer, 5, timeout_s=10)] == [b"new-%d" % i for i in range(5)]
+    assert {r["log_end_offset"] for r in replicas(sim, topic).values()} == {5}
+    producer.close()
