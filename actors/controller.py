@@ -204,17 +204,21 @@ class Controller:
             self._watchers[key] = asyncio.get_running_loop().create_task(self._watch(key))
 
     async def _watch(self, key: tuple) -> None:
-        handle = self.handles.get(key)
-        if handle is None:
-            return
-        try:
-            await handle.watch.remote()
-        except Exception:  # noqa: BLE001 - any failure of the never-returning call means the process died
-            pass
-        if self.handles.get(key) is not handle:
-            return  # removed (deleted topic, finished reassignment): nothing to mourn
-        self._replica_died(key)
-        await self._await_return(key)
+        """One per live replica, for its whole life: each time its process dies, mourn it, then wait
+        for Ray to bring it back and watch the new process."""
+        while True:
+            handle = self.handles.get(key)
+            if handle is None:
+                return
+            try:
+                await handle.watch.remote()
+            except Exception:  # noqa: BLE001 - any failure of the never-returning call means the process died
+                pass
+            if self.handles.get(key) is not handle:
+                return  # removed (deleted topic, finished reassignment): nothing to mourn
+            self._replica_died(key)
+            if not await self._await_return(key):
+                return
 
     def _replica_died(self, key: tuple) -> None:
         self.alive.discard(key)
@@ -227,17 +231,18 @@ class Controller:
         self._commit(records)
         self._push(topic, p)
 
-    async def _await_return(self, key: tuple) -> None:
+    async def _await_return(self, key: tuple) -> bool:
         """Ray holds calls to a restarting actor until it is back; a replica whose node is gone
-        never answers, and its partition is healed by reassignment instead."""
+        never answers, and its partition is healed by reassignment instead. Returns whether the
+        replica is back (alive, told its state)."""
         while key in self.handles:
             found = self._locate(key)
             if found is None:
-                return
+                return False
             topic, p = found
             node = replica_of(topic.partitions[p], key[2])["node_id"]
             if node not in self.nodes_alive and self.nodes_alive:
-                return
+                return False
             try:
                 await self._attach(key, timeout_s=self.config.request_timeout_ms / 1000)
             except Exception:  # noqa: BLE001 - not back yet
@@ -246,7 +251,8 @@ class Controller:
             self._mark_alive(key)
             self._elect_if_needed(topic, p)
             self._push(topic, p)
-            return
+            return True
+        return False
 
     def _locate(self, key: tuple) -> tuple[TopicState, int] | None:
         topic_id, p, rid = key

@@ -1,7 +1,10 @@
 """The `raylog` command: topics, produce from stdin, consume to stdout.
 
-    raylog topics create events --partitions 3 --config retention.ms=60000
+    raylog topics create events --partitions 3 --replication-factor 3 --config min.insync.replicas=2
     raylog topics list | describe events | delete events
+    raylog topics describe --under-replicated | --offline
+    raylog partitions elect-leaders [events [--partition 0]]
+    raylog partitions reassign events 0 <node id> <node id> ...
     seq 1000 | raylog produce events
     raylog consume events --from-beginning --max-messages 1000
 
@@ -47,21 +50,61 @@ def _connect(args):
 def cmd_topics(args) -> int:
     admin = _connect(args).admin()
     if args.action == "create":
-        desc = admin.create_topic(args.name, args.partitions, **_configs(args.config))
-        print(f"created topic {desc.name} with {len(desc.partitions)} partitions")
+        desc = admin.create_topic(args.name, args.partitions, args.replication_factor, **_configs(args.config))
+        print(f"created topic {desc.name} with {len(desc.partitions)} partitions, "
+              f"replication factor {args.replication_factor}")
     elif args.action == "list":
         for name in admin.list_topics():
             print(name)
     elif args.action == "describe":
-        (desc,) = admin.describe_topics([args.name])
-        print(f"topic {desc.name}: {len(desc.partitions)} partitions")
-        for info in admin.describe_partitions(args.name):
-            print(f"  partition {info['partition']}  node {info['node_id'][:12]}  "
-                  f"offsets [{info['log_start_offset']}, {info['log_end_offset']})  "
-                  f"{info['size_bytes']} bytes  {info['directory']}")
+        names = [args.name] if args.name else admin.list_topics()
+        for name in names:
+            infos = admin.describe_partitions(name)
+            if args.under_replicated:
+                infos = [i for i in infos if i["under_replicated"]]
+            if args.offline:
+                infos = [i for i in infos if i["offline"]]
+            if (args.under_replicated or args.offline) and not infos:
+                continue
+            print(f"topic {name}: {len(admin.describe_topics([name])[0].partitions)} partitions")
+            for info in infos:
+                print("  " + _partition_line(info))
     elif args.action == "delete":
         admin.delete_topics([args.name])
         print(f"deleted topic {args.name}")
+    return 0
+
+
+def _partition_line(info: dict) -> str:
+    replicas = ",".join(f"{r['replica_id']}@{r['node_id'][:8]}{'' if r['alive'] else '(down)'}"
+                        for r in info["replicas"])
+    state = "OFFLINE" if info["offline"] else ("under-replicated" if info["under_replicated"] else "ok")
+    line = (f"partition {info['partition']}  leader {info['leader']} (epoch {info['leader_epoch']})  "
+            f"replicas {replicas}  isr {','.join(map(str, info['isr']))}  {state}")
+    if "log_end_offset" in info:
+        line += (f"  offsets [{info['log_start_offset']}, {info['log_end_offset']}) hw {info['high_watermark']}"
+                 f"  {info['size_bytes']} bytes")
+    elif "leader_error" in info:
+        line += f"  ({info['leader_error']})"
+    return line
+
+
+def cmd_partitions(args) -> int:
+    admin = _connect(args).admin()
+    if args.action == "elect-leaders":
+        wanted = None
+        if args.topic:
+            n = len(admin.describe_topics([args.topic])[0].partitions)
+            wanted = [TopicPartition(args.topic, p) for p in ([args.partition] if args.partition is not None
+                                                              else range(n))]
+        moved = admin.elect_leaders(wanted)
+        print(f"preferred leader elected for {len(moved)} partitions" +
+              ("" if not moved else ": " + ", ".join(f"{t}-{p}" for t, p in moved)))
+    elif args.action == "reassign":
+        result = admin.alter_partition_reassignments({TopicPartition(args.topic, args.partition): args.nodes})
+        for (topic, p), nodes in result.items():
+            print(f"{topic}-{p}: replicas now on {', '.join(n[:8] for n in nodes)} "
+                  "(new replicas catch up before old ones are dropped)")
     return 0
 
 
@@ -156,11 +199,26 @@ def build_parser() -> argparse.ArgumentParser:
     create = tsub.add_parser("create")
     create.add_argument("name")
     create.add_argument("--partitions", type=int, default=1)
+    create.add_argument("--replication-factor", type=int, default=1)
     create.add_argument("--config", action="append", metavar="KEY=VALUE", help="topic config, e.g. retention.ms=60000")
     tsub.add_parser("list")
-    for action in ("describe", "delete"):
-        tsub.add_parser(action).add_argument("name")
+    describe = tsub.add_parser("describe", help="leader, replicas, ISR and offsets per partition")
+    describe.add_argument("name", nargs="?", default=None, help="a topic (default: all)")
+    describe.add_argument("--under-replicated", action="store_true", help="only partitions missing in-sync replicas")
+    describe.add_argument("--offline", action="store_true", help="only partitions without a leader")
+    tsub.add_parser("delete").add_argument("name")
     topics.set_defaults(func=cmd_topics)
+
+    partitions = sub.add_parser("partitions", help="leader elections and reassignments")
+    psub = partitions.add_subparsers(dest="action", required=True)
+    elect = psub.add_parser("elect-leaders", help="move leadership back to each partition's preferred replica")
+    elect.add_argument("topic", nargs="?", default=None)
+    elect.add_argument("--partition", type=int, default=None)
+    reassign = psub.add_parser("reassign", help="move a partition's replicas to these Ray node ids")
+    reassign.add_argument("topic")
+    reassign.add_argument("partition", type=int)
+    reassign.add_argument("nodes", nargs="+")
+    partitions.set_defaults(func=cmd_partitions)
 
     produce = sub.add_parser("produce", help="send stdin lines as records")
     produce.add_argument("topic")

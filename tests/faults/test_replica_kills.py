@@ -30,7 +30,8 @@ pytestmark = [pytest.mark.ray, pytest.mark.cluster, pytest.mark.slow]
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory):
     with simulated_cluster(str(tmp_path_factory.mktemp("kills")), workers=3,
-                           cluster_config={"replica_lag_time_max_ms": 4000}) as sim:
+                           cluster_config={"replica_lag_time_max_ms": 4000,
+                                           "leader_imbalance_check_interval_ms": 2000}) as sim:
         yield sim
 
 
@@ -61,6 +62,8 @@ def test_acks_all_records_survive_the_leader_process_being_killed(sim):
             wait_for(lambda: leader_info(cluster, topic, partition).get("leader_epoch", -1) > victim["leader_epoch"],
                      timeout_s=60, interval_s=0.5)
             wait_for(lambda: len(leader_info(cluster, topic, partition)["isr"]) == 3, timeout_s=60, interval_s=0.5)
+        # auto_leader_rebalance_enable: once back in sync, each preferred replica leads again.
+        wait_for(lambda: all(leader_info(cluster, topic, p)["leader"] == 0 for p in (0, 1)), timeout_s=30)
     finally:
         workload.stop()
     check(workload, cluster, topic)

@@ -232,3 +232,17 @@ def test_a_topic_deleted_while_a_replica_was_stopped_is_not_reopened_by_a_new_to
     assert [r.value for r in consume_all(consumer, 5, timeout_s=10)] == [b"new-%d" % i for i in range(5)]
     assert {r["log_end_offset"] for r in replicas(sim, topic).values()} == {5}
     producer.close()
+
+
+def test_the_cli_describes_partitions_and_elects_preferred_leaders(sim, capsys):
+    from raylog import cli
+
+    topic = new_topic(sim, partitions=2)
+    assert cli.main(["topics", "describe", topic]) == 0
+    out = capsys.readouterr().out
+    assert f"topic {topic}: 2 partitions" in out
+    assert out.count("isr 0,1,2  ok") == 2 and "leader 0 (epoch 0)" in out
+    assert cli.main(["topics", "describe", "--under-replicated"]) == 0
+    assert topic not in capsys.readouterr().out
+    assert cli.main(["partitions", "elect-leaders", topic]) == 0
+    assert "preferred leader elected for 0 partitions" in capsys.readouterr().out
