@@ -110,6 +110,9 @@ class PartitionReplica:
         self._controller = None
         self._forever: asyncio.Future | None = None
         self._deleted = False
+        self.replication_stats = {"follower_fetches_served": 0, "follower_bytes_served": 0,
+                                  "fetches_as_follower": 0, "bytes_fetched_as_follower": 0}
+        """Plain counters (bench/replication_bench.py reads them): replication's calls and bytes."""
 
     # --- start-up -------------------------------------------------------------------------
 
@@ -239,7 +242,7 @@ class PartitionReplica:
             "leader_epoch": self.state.leader_epoch, "partition_epoch": self.state.partition_epoch,
             "isr": sorted(self.state.isr), "log_start_offset": self.log.log_start_offset,
             "log_end_offset": self.log.log_end_offset, "high_watermark": self.state.high_watermark,
-            "latest_epoch": self.epochs.latest_epoch(),
+            "latest_epoch": self.epochs.latest_epoch(), "replication": dict(self.replication_stats),
         }
 
     # --- leader: ISR and high watermark ------------------------------------------------------
@@ -360,6 +363,8 @@ class PartitionReplica:
             if self._generation != generation:
                 return
             records, leader_hw = response[0], response[1]
+            self.replication_stats["fetches_as_follower"] += 1
+            self.replication_stats["bytes_fetched_as_follower"] += len(records)
             if len(records):
                 self._append_as_follower(records)
             self.state.on_follower_append(self.log.log_end_offset, leader_hw)
@@ -545,6 +550,9 @@ class PartitionReplica:
                 await asyncio.wait_for(event.wait(), remaining)
             except asyncio.TimeoutError:
                 pass
+        if follower:
+            self.replication_stats["follower_fetches_served"] += 1
+            self.replication_stats["follower_bytes_served"] += len(data)
         return (np.frombuffer(data, dtype=np.uint8), self.state.high_watermark, self.log.log_start_offset,
                 self.log.log_end_offset)
 

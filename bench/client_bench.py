@@ -189,17 +189,18 @@ def run(records: int, runs: int, partitions: int, latency_samples: int, baseline
     queue_rates: dict[str, list[float]] = {"put": [], "get": []}
     latency: dict[str, list[float]] = {}
     try:
-        topics = [f"bench-{uuid.uuid4().hex[:6]}" for _ in range(3 * runs)]
-        for t in topics:
-            cluster.admin().create_topic(t, partitions)
-        time.sleep(2)  # let the raylet finish starting the replica processes before timing anything
-
         def record(name: str, t: Timed) -> None:
             rates[name].append(records / t.wall)
             cpu[name].append(t.cpu / records * 1e6)
 
         for r in range(runs):
-            batch_topic, send_topic, keyed_topic = topics[3 * r:3 * r + 3]
+            # Each run's topics are made just before it and deleted after: idle replica processes
+            # cost CPU (issue 16), and the raylet keeps starting spare workers for a few seconds
+            # after a burst of actors, so the run waits that out before timing anything.
+            batch_topic, send_topic, keyed_topic = (f"bench-{uuid.uuid4().hex[:6]}" for _ in range(3))
+            for t in (batch_topic, send_topic, keyed_topic):
+                cluster.admin().create_topic(t, partitions)
+            time.sleep(3)
             record("send_batch", produce_batch(cluster, batch_topic, values))
             record("send", produce_per_record(cluster, send_topic, values))
             record("send_keyed_get", produce_keyed_and_get(cluster, keyed_topic, values, keys))

@@ -15,6 +15,7 @@ from ray.cluster_utils import Cluster
 
 import raylog
 from placement.nodes import HEAD_RESOURCE
+from raylog.cluster import RAY_SYSTEM_CONFIG
 
 FAST_HEALTH_CHECKS = {
     "health_check_initial_delay_ms": 0,
@@ -57,7 +58,8 @@ class SimulatedCluster:
 
 @contextlib.contextmanager
 def simulated_cluster(data_root: str, workers: int = 3, cluster_config: dict | None = None):
-    sim = Cluster(initialize_head=True, head_node_args={**NODE_ARGS, "_system_config": FAST_HEALTH_CHECKS})
+    sim = Cluster(initialize_head=True,
+                  head_node_args={**NODE_ARGS, "_system_config": {**FAST_HEALTH_CHECKS, **RAY_SYSTEM_CONFIG}})
     try:
         for _ in range(workers):
             sim.add_node(**NODE_ARGS)
