@@ -31,6 +31,7 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m bench.storage_bench
 	$(PY) -m bench.client_bench
+	$(PY) -m bench.replication_bench
 
 lock: $(STAMP)
 	{ echo "# Exact versions installed by 'make' (pip -c). Regenerate with 'make lock' after changing pyproject.toml."; \
