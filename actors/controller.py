@@ -247,12 +247,24 @@ class Controller:
                 await self._attach(key, timeout_s=self.config.request_timeout_ms / 1000)
             except Exception:  # noqa: BLE001 - not back yet
                 await asyncio.sleep(ATTACH_RETRY_S)
+                self._recreate_if_gone(key, topic, p)
                 continue
             self._mark_alive(key)
             self._elect_if_needed(topic, p)
             self._push(topic, p)
             return True
         return False
+
+    def _recreate_if_gone(self, key: tuple, topic: TopicState, p: int) -> None:
+        """A replica actor killed for good (ray.kill, max_restarts spent) on a live node is started
+        again on that node: it reopens its directory and rejoins as a follower."""
+        replica = replica_of(topic.partitions[p], key[2])
+        try:
+            ray.get_actor(replica_actor_name(topic.name, topic.topic_id, p, key[2]), namespace=self.namespace)
+        except ValueError:
+            if replica["node_id"] in self.nodes_alive:
+                self.handles.pop(key, None)
+                self._ensure_replica(topic, p, replica, initial_state=None)
 
     def _locate(self, key: tuple) -> tuple[TopicState, int] | None:
         topic_id, p, rid = key

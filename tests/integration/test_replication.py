@@ -246,3 +246,43 @@ def test_the_cli_describes_partitions_and_elects_preferred_leaders(sim, capsys):
     assert topic not in capsys.readouterr().out
     assert cli.main(["partitions", "elect-leaders", topic]) == 0
     assert "preferred leader elected for 0 partitions" in capsys.readouterr().out
+
+
+def test_with_no_in_sync_replica_alive_the_partition_stays_offline_unless_unclean_election_is_on(sim):
+    """Runs last in this module: it loses a worker node (and adds a fresh one back)."""
+    admin = sim.cluster.admin()
+    safe = new_topic(sim, rf=2)
+    unclean = new_topic(sim, rf=2, unclean_leader_election_enable=True)
+    producer = sim.cluster.producer(acks=1, retries=2, retry_backoff_ms=50, delivery_timeout_ms=3000,
+                                    request_timeout_ms=2000)
+    for topic in (safe, unclean):
+        producer.send(topic, b"before").get(timeout=30)
+    # Put both partitions on the same two nodes, led from the same one, so one node loss hits both alike.
+    nodes = [r.node_id for r in admin.describe_topics([safe])[0].partitions[0].replicas]
+    admin.alter_partition_reassignments({TopicPartition(unclean, 0): nodes})
+    wait_for(lambda: [r["node_id"] for r in admin.describe_partitions(unclean)[0]["replicas"]] == nodes
+             and len(isr(sim, unclean)) == 2, timeout_s=60)
+    admin.elect_leaders([TopicPartition(unclean, 0)])
+    wait_for(lambda: admin.describe_topics([unclean])[0].partitions[0].leader.node_id == nodes[0], timeout_s=30)
+    paused = [r["pid"] for topic in (safe, unclean) for r in followers(sim, topic)]
+    for pid in paused:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: len(isr(sim, safe)) == 1 and len(isr(sim, unclean)) == 1, timeout_s=LAG_MS / 1000 + 20)
+        sim.remove(nodes[0])
+        wait_for(lambda: admin.describe_partitions(safe)[0]["offline"], timeout_s=60,
+                 describe=lambda: (nodes, sim.node_ids(), admin.describe_partitions(safe)))
+    finally:
+        for pid in paused:
+            os.kill(pid, signal.SIGCONT)
+    from raylog.errors import LeaderNotAvailableError
+
+    with pytest.raises(LeaderNotAvailableError, match="no leader"):
+        producer.send(safe, b"while offline").get(timeout=30)
+    time.sleep(2)
+    info = admin.describe_partitions(safe)[0]
+    assert info["offline"] and info["leader"] == -1, "the out-of-sync follower is never elected silently"
+    wait_for(lambda: not admin.describe_partitions(unclean)[0]["offline"], timeout_s=30)
+    assert producer.send(unclean, b"after unclean election").get(timeout=30).offset >= 0
+    producer.close()
+    sim.add()
