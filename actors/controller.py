@@ -595,6 +595,15 @@ class Controller:
         return {r["replica_id"]: self.handles.get(self._key(topic, partition, r["replica_id"]))
                 for r in part["replicas"]}
 
+    async def describe_cluster(self) -> dict:
+        """The controller's node and process, the head node, the live nodes and their replica counts."""
+        await self._ensure_started()
+        load, leaders = self.state.replica_load()
+        return {"controller": {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid()},
+                "head_node": self.head_node,
+                "nodes": [{"node_id": n, "replicas": load[n], "preferred_leaders": leaders[n]}
+                          for n in sorted(self.nodes_alive)]}
+
     async def cluster_config(self) -> dict:
         return self.config.to_dict()
 

@@ -55,6 +55,10 @@ class AdminClient:
             self._call(self._controller.delete_topic.remote(name))
             self._cluster.metadata.invalidate(name)
 
+    def describe_cluster(self) -> dict:
+        """Where the controller runs (Ray's head node), and the live nodes with their replica counts."""
+        return self._call(self._controller.describe_cluster.remote())
+
     def list_topics(self) -> list[str]:
         return self._call(self._controller.list_topics.remote())
 

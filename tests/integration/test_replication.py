@@ -70,6 +70,12 @@ def test_replicas_live_on_distinct_worker_nodes_and_leaders_spread(sim):
             assert Path(r.directory).parent.parent == Path(sim.root) / f"node-{r.node_id[:16]}"
 
 
+def test_the_controller_runs_on_rays_head_node(sim):
+    described = sim.cluster.admin().describe_cluster()
+    assert described["controller"]["node_id"] == described["head_node"] == sim.head_id()
+    assert sorted(n["node_id"] for n in described["nodes"]) == sorted(sim.node_ids())
+
+
 def test_every_in_sync_replica_has_an_acks_all_record_before_it_is_acknowledged(sim):
     topic = new_topic(sim, min_insync_replicas=2)
     producer = sim.cluster.producer(acks="all")
