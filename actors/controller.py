@@ -44,8 +44,10 @@ from actors.replica import PartitionReplica
 from placement import nodes as placement_nodes
 from placement.policy import assign_replicas, check_replication_factor, replacement_node
 from raylog.config import ClusterConfig, TopicConfig
-from raylog.errors import InvalidReplicationFactorError, KafkaTimeoutError, UnknownTopicOrPartitionError
-from raylog.naming import replica_actor_name
+from raylog.errors import (
+    InvalidReplicationFactorError, InvalidTopicError, KafkaTimeoutError, UnknownTopicOrPartitionError,
+)
+from raylog.naming import INTERNAL_TOPICS, OFFSETS_TOPIC, coordinator_actor_name, replica_actor_name
 from raylog.protocol import PartitionInfo, ReplicaAssignment, TopicDescription
 from raylog.storage import batch as record_batch
 from raylog.storage.log import PartitionLog
@@ -54,6 +56,9 @@ METADATA_LOG_CONFIG = TopicConfig(flush_messages=1, retention_ms=-1, segment_byt
                                   segment_index_bytes=1024 * 1024)
 """The metadata log keeps everything (no retention) and fsyncs each record: changes are rare and
 must survive a power loss of the controller's node."""
+OFFSETS_TOPIC_CONFIG = {"cleanup_policy": "compact", "segment_bytes": 100 * 1024 * 1024, "min_insync_replicas": 1}
+"""Kafka's offsets topic settings: compacted (the last record per key is the state), 100 MiB
+segments (offsets.topic.segment.bytes); commits are written with acks='all'."""
 ATTACH_RETRY_S = 1.0
 """How long the controller waits before asking a replica it could not reach whether it is back."""
 
@@ -78,6 +83,7 @@ class Controller:
         self._watchers: dict[tuple, asyncio.Task] = {}
         self._started: asyncio.Task | None = None
         self._background: list[asyncio.Task] = []
+        self._offsets_creation: asyncio.Lock | None = None
 
     # --- metadata log --------------------------------------------------------------------
 
@@ -128,6 +134,10 @@ class Controller:
         for (topic_id, p, rid), replica in list(self.state.pending_deletions.items()):
             self._background.append(asyncio.get_running_loop().create_task(
                 self._finish_deletion(topic_id, p, rid, replica)))
+        if OFFSETS_TOPIC in self.state.topics:
+            topic = self.state.topic(OFFSETS_TOPIC)
+            for p in range(len(topic.partitions)):
+                self._ensure_coordinator(topic, p)
         loop = asyncio.get_running_loop()
         self._background.append(loop.create_task(self._node_loop()))
         self._background.append(loop.create_task(self._preferred_leader_loop()))
@@ -455,8 +465,10 @@ class Controller:
         return [[(n, placement_nodes.node_data_dir(self.config.data_root, n)) for n in nodes] for nodes in plan]
 
     async def create_topic(self, name: str, num_partitions: int = 1, replication_factor: int = 1,
-                           config: dict | None = None) -> TopicDescription:
+                           config: dict | None = None, internal: bool = False) -> TopicDescription:
         await self._ensure_started()
+        if name in INTERNAL_TOPICS and not internal:
+            raise InvalidTopicError(f"topic name {name!r} is reserved for raylog's internal use")
         await self._refresh_nodes()
         records, _ = self.state.create_topic(name, num_partitions, replication_factor, config or {},
                                              uuid.uuid4().hex, self._placement)
@@ -464,6 +476,51 @@ class Controller:
         topic = self.state.topic(name)
         await self._start_partitions(topic, range(num_partitions))
         return self._describe(topic)
+
+    # --- consumer groups' coordinators ------------------------------------------------------------
+
+    async def ensure_offsets_topic(self) -> int:
+        """Create __consumer_offsets and its group coordinators if they do not exist yet (the first
+        consumer group asks); returns the partition count. One coordinator actor per partition,
+        named, restarted by Ray, started near its partition's leader."""
+        await self._ensure_started()
+        async with self._offsets_lock():
+            if OFFSETS_TOPIC not in self.state.topics:
+                await self._refresh_nodes()
+                spare = len(self.nodes_alive - {self.head_node}) or len(self.nodes_alive)
+                await self.create_topic(OFFSETS_TOPIC, self.config.offsets_topic_num_partitions, min(3, spare),
+                                        OFFSETS_TOPIC_CONFIG, internal=True)
+            topic = self.state.topic(OFFSETS_TOPIC)
+            handles = [self._ensure_coordinator(topic, p) for p in range(len(topic.partitions))]
+            await asyncio.gather(*(h.ping.remote() for h in handles))
+            return len(topic.partitions)
+
+    def _offsets_lock(self) -> asyncio.Lock:
+        if self._offsets_creation is None:
+            self._offsets_creation = asyncio.Lock()
+        return self._offsets_creation
+
+    def _ensure_coordinator(self, topic: TopicState, p: int):
+        name = coordinator_actor_name(p)
+        try:
+            return ray.get_actor(name, namespace=self.namespace)
+        except ValueError:
+            pass
+        part = topic.partitions[p]
+        node = replica_of(part, part["leader"])["node_id"] if part["leader"] != NO_LEADER else self.head_node
+        from actors.coordinator import GroupCoordinator
+
+        return ray.remote(GroupCoordinator).options(
+            name=name, namespace=self.namespace, lifetime="detached", get_if_exists=True, num_cpus=0,
+            max_restarts=-1, max_task_retries=0, max_concurrency=1000,
+            # Near its partition's leader, but anywhere if that node is gone: it owns no files.
+            scheduling_strategy=placement_nodes.pinned(node, soft=True),
+        ).remote(p, self.config.to_dict())
+
+    async def topic_partition_counts(self) -> dict[str, int]:
+        """Every user topic and its partition count (coordinators resolve subscriptions with it)."""
+        await self._ensure_started()
+        return {name: len(t.partitions) for name, t in self.state.topics.items() if name not in INTERNAL_TOPICS}
 
     async def create_partitions(self, name: str, total: int) -> TopicDescription:
         await self._ensure_started()
@@ -509,6 +566,8 @@ class Controller:
         is down or stops answering is finished later (its node's files are removed once the node
         answers), and a new topic of the same name never reopens them (its topic id differs)."""
         await self._ensure_started()
+        if name in INTERNAL_TOPICS:
+            raise InvalidTopicError(f"topic {name!r} is raylog's own and cannot be deleted")
         records, topic = self.state.delete_topic(name, lambda r: True)
         self._commit(records)
         for p, part in enumerate(topic.partitions):
@@ -546,9 +605,9 @@ class Controller:
                 return
             await asyncio.sleep(self.config.node_check_interval_ms / 1000)
 
-    async def list_topics(self) -> list[str]:
+    async def list_topics(self, include_internal: bool = False) -> list[str]:
         await self._ensure_started()
-        return sorted(self.state.topics)
+        return sorted(n for n in self.state.topics if include_internal or n not in INTERNAL_TOPICS)
 
     async def describe_topic(self, name: str) -> TopicDescription:
         await self._ensure_started()
@@ -620,7 +679,8 @@ class Controller:
                     if leader is not None else "")
             parts.append(PartitionInfo(topic.name, p, leader, assigned, part["leader_epoch"], name,
                                        tuple(part["isr"]), part["partition_epoch"]))
-        return TopicDescription(topic.name, tuple(parts), dict(topic.config), topic_id=topic.topic_id)
+        return TopicDescription(topic.name, tuple(parts), dict(topic.config), internal=topic.name in INTERNAL_TOPICS,
+                                topic_id=topic.topic_id)
 
     async def check_topic(self, name: str) -> None:
         """Raise UnknownTopicOrPartitionError unless the topic exists."""

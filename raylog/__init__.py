@@ -31,13 +31,18 @@ _EXPORTS = {
     "RecordMetadata": "raylog.records",
     "ConsumerRecord": "raylog.records",
     "OffsetAndTimestamp": "raylog.records",
+    "OffsetAndMetadata": "raylog.records",
+    "ConsumerRebalanceListener": "raylog.group_member",
     "errors": "raylog.errors",
 }
 _EXPORTS.update({name: "raylog.errors" for name in (
     "RaylogError", "InvalidTopicError", "UnknownTopicOrPartitionError", "RecordTooLargeError",
     "OffsetOutOfRangeError", "CorruptRecordError", "InvalidConfigError", "KafkaTimeoutError",
     "TopicAlreadyExistsError", "NoOffsetForPartitionError", "InvalidPartitionError",
-    "InvalidRecordError", "IllegalStateError", "ReplicaNotAvailableError",
+    "InvalidRecordError", "IllegalStateError", "ReplicaNotAvailableError", "NotEnoughReplicasError",
+    "NotLeaderForPartitionError", "LeaderNotAvailableError", "InvalidReplicationFactorError",
+    "CommitFailedError", "FencedMemberEpochError", "UnknownMemberIdError", "GroupIdNotFoundError",
+    "NonEmptyGroupError", "CoordinatorNotAvailableError", "OutOfOrderSequenceError",
 )})
 
 __all__ = sorted(_EXPORTS)

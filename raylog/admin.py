@@ -7,10 +7,13 @@ from typing import Iterable, Mapping
 
 from raylog import ray_calls
 from raylog.config import TopicConfig
-from raylog.errors import InvalidConfigError, RaylogError, ReplicaNotAvailableError
+from raylog.errors import (
+    GroupIdNotFoundError, InvalidConfigError, InvalidGroupIdError, InvalidOffsetError, RaylogError,
+    ReplicaNotAvailableError, UnknownTopicOrPartitionError,
+)
 from raylog.naming import validate_topic_name
 from raylog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TopicDescription
-from raylog.records import OffsetAndTimestamp, TopicPartition
+from raylog.records import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
 
 @dataclass(frozen=True)
@@ -59,8 +62,10 @@ class AdminClient:
         """Where the controller runs (Ray's head node), and the live nodes with their replica counts."""
         return self._call(self._controller.describe_cluster.remote())
 
-    def list_topics(self) -> list[str]:
-        return self._call(self._controller.list_topics.remote())
+    def list_topics(self, include_internal: bool = False) -> list[str]:
+        """Topic names, without raylog's internal ones (__consumer_offsets) unless asked, as Kafka's
+        Admin.listTopics does."""
+        return self._call(self._controller.list_topics.remote(include_internal))
 
     def describe_topics(self, names: Iterable[str] | None = None) -> list[TopicDescription]:
         names = self.list_topics() if names is None else [validate_topic_name(n) for n in names]
@@ -157,6 +162,120 @@ class AdminClient:
         tps = list(before)
         starts = self._call([md.leader(tp.topic, tp.partition).delete_records.remote(before[tp]) for tp in tps])
         return dict(zip(tps, starts))
+
+    # --- consumer groups ----------------------------------------------------------------------
+
+    def _coordinator(self, group_id: str):
+        from raylog.group_member import coordinator_for
+
+        if not isinstance(group_id, str) or not group_id:
+            raise InvalidGroupIdError(f"group id must be a non-empty string, got {group_id!r}")
+        return coordinator_for(self._cluster, group_id, self._timeout_s)
+
+    def list_consumer_groups(self) -> list[dict]:
+        """Every group: {group_id, state, member_count}, from every coordinator."""
+        from raylog.naming import coordinator_actor_name
+
+        import ray
+
+        partitions = self._call(self._controller.ensure_offsets_topic.remote())
+        handles = [ray.get_actor(coordinator_actor_name(p), namespace=self._cluster.config.namespace)
+                   for p in range(partitions)]
+        groups = self._call([h.list_groups.remote() for h in handles])
+        return sorted((g for part in groups for g in part), key=lambda g: g["group_id"])
+
+    def describe_consumer_groups(self, group_ids: Iterable[str]) -> list[dict]:
+        """Per group: state, epochs, assignor and members (member and instance id, client host node
+        and client id (actor and process), member epoch, assigned and target partitions)."""
+        return [self._call(self._coordinator(g).describe_group.remote(g)) for g in group_ids]
+
+    def list_consumer_group_offsets(self, group_id: str, partitions: Iterable[TopicPartition] | None = None
+                                    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """The group's committed offsets (kafka-python's name)."""
+        wanted = None if partitions is None else [[tp[0], int(tp[1])] for tp in partitions]
+        rows = self._call(self._coordinator(group_id).fetch_offsets.remote(group_id, wanted))
+        return {TopicPartition(t, p): OffsetAndMetadata(o, m) for t, p, o, m in rows}
+
+    def consumer_group_lag(self, group_id: str) -> dict:
+        """Lag per partition (high watermark minus committed offset, for every partition of every
+        topic the group has offsets for or is subscribed to) and summed per member."""
+        coordinator = self._coordinator(group_id)
+        committed = self.list_consumer_group_offsets(group_id)
+        try:
+            described = self._call(coordinator.describe_group.remote(group_id))
+        except GroupIdNotFoundError:
+            described = {"members": []}
+        owner = {}
+        topics = {tp.topic for tp in committed}
+        for m in described["members"]:
+            for t, p in m["assigned"]:
+                owner[TopicPartition(t, p)] = m["member_id"]
+                topics.add(t)
+            topics.update(m["subscribed_topics"] or ())
+        tps = []
+        for topic in sorted(topics):
+            try:
+                n = len(self.describe_topics([topic])[0].partitions)
+            except UnknownTopicOrPartitionError:
+                continue
+            tps += [TopicPartition(topic, p) for p in range(n)]
+        ends = self.end_offsets(tps) if tps else {}
+        rows, per_member = [], {}
+        for tp in tps:
+            om = committed.get(tp)
+            end = ends[tp]
+            lag = end - om.offset if om is not None else None
+            member = owner.get(tp)
+            rows.append({"topic": tp.topic, "partition": tp.partition, "committed": None if om is None else om.offset,
+                         "end_offset": end, "lag": lag, "member_id": member})
+            if member is not None:
+                per_member[member] = per_member.get(member, 0) + (lag if lag is not None else end)
+        return {"group_id": group_id, "partitions": rows,
+                "members": [{"member_id": m, "lag": lag} for m, lag in sorted(per_member.items())],
+                "total_lag": sum(r["lag"] if r["lag"] is not None else r["end_offset"] for r in rows)}
+
+    def reset_consumer_group_offsets(self, group_id: str, topics: Iterable[str], *, to: str | None = None,
+                                     timestamp_ms: int | None = None, shift_by: int | None = None,
+                                     offsets: Mapping[TopicPartition, int] | None = None) -> dict[TopicPartition, int]:
+        """Move a group's committed offsets, as kafka-consumer-groups --reset-offsets: ``to`` "earliest"
+        or "latest", a ``timestamp_ms`` (the first offset at or after it, else the end), a
+        ``shift_by`` N from the committed offset (clamped to the log), or explicit ``offsets``.
+        Only while the group has no members (NonEmptyGroupError). Returns the new offsets."""
+        chosen = [x is not None for x in (to, timestamp_ms, shift_by, offsets)]
+        if sum(chosen) != 1:
+            raise InvalidConfigError("reset_consumer_group_offsets takes exactly one of to, timestamp_ms, shift_by, offsets")
+        if to is not None and to not in ("earliest", "latest"):
+            raise InvalidConfigError(f"to must be 'earliest' or 'latest', got {to!r}")
+        tps = []
+        for topic in topics:
+            n = len(self.describe_topics([validate_topic_name(topic)])[0].partitions)
+            tps += [TopicPartition(topic, p) for p in range(n)]
+        if offsets is not None:
+            target = {TopicPartition(*tp): o for tp, o in offsets.items()}
+            for tp, o in target.items():
+                if not isinstance(o, int) or o < 0:
+                    raise InvalidOffsetError(f"offset for {tp} must be an int >= 0, got {o!r}")
+        elif to == "earliest":
+            target = self.beginning_offsets(tps)
+        elif to == "latest":
+            target = self.end_offsets(tps)
+        elif timestamp_ms is not None:
+            found = self.list_offsets({tp: timestamp_ms for tp in tps})
+            ends = self.end_offsets(tps)
+            target = {tp: (found[tp].offset if found[tp] is not None else ends[tp]) for tp in tps}
+        else:
+            committed = self.list_consumer_group_offsets(group_id, tps)
+            starts, ends = self.beginning_offsets(tps), self.end_offsets(tps)
+            target = {tp: min(max(committed[tp].offset + shift_by if tp in committed else starts[tp], starts[tp]),
+                              ends[tp]) for tp in tps}
+        payload = [[tp.topic, tp.partition, o] for tp, o in target.items()]
+        self._call(self._coordinator(group_id).reset_offsets.remote(group_id, payload))
+        return target
+
+    def delete_consumer_groups(self, group_ids: Iterable[str]) -> None:
+        """Delete groups and their committed offsets; only groups with no members (NonEmptyGroupError)."""
+        for g in group_ids:
+            self._call(self._coordinator(g).delete_group.remote(g))
 
     def close(self) -> None:
         """Nothing to release: the admin client holds only handles."""

@@ -5,6 +5,9 @@
     raylog topics describe --under-replicated | --offline
     raylog partitions elect-leaders [events [--partition 0]]
     raylog partitions reassign events 0 <node id> <node id> ...
+    raylog groups list | describe my-group | offsets my-group | delete my-group
+    raylog groups reset my-group --topic events --to-earliest (or --to-latest, --to-timestamp MS,
+                                                               --shift-by N, --to-offset N)
     seq 1000 | raylog produce events
     raylog consume events --from-beginning --max-messages 1000
 
@@ -105,6 +108,56 @@ def cmd_partitions(args) -> int:
         for (topic, p), nodes in result.items():
             print(f"{topic}-{p}: replicas now on {', '.join(n[:8] for n in nodes)} "
                   "(new replicas catch up before old ones are dropped)")
+    return 0
+
+
+def _table(headers: list[str], rows: list[list]) -> str:
+    """Columns aligned for a person to read at a glance; numbers right-aligned."""
+    cells = [[("-" if v is None else str(v)) for v in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    numeric = [all(isinstance(row[i], int) or row[i] is None for row in rows) and rows for i in range(len(headers))]
+    lines = ["  ".join(h.rjust(w) if numeric[i] else h.ljust(w) for i, (h, w) in enumerate(zip(headers, widths)))]
+    for r in cells:
+        lines.append("  ".join(c.rjust(w) if numeric[i] else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))))
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def cmd_groups(args) -> int:
+    admin = _connect(args).admin()
+    if args.action == "list":
+        groups = admin.list_consumer_groups()
+        print(_table(["GROUP", "STATE", "MEMBERS"], [[g["group_id"], g["state"], g["member_count"]] for g in groups])
+              if groups else "no consumer groups")
+    elif args.action == "describe":
+        (g,) = admin.describe_consumer_groups([args.group])
+        print(f"group {g['group_id']}: {g['state']}, group epoch {g['group_epoch']}, assignor {g['assignor']}, "
+              f"{len(g['members'])} members")
+        rows = [[m["member_id"][:12], m["instance_id"], m["client_host"][:12], m["client_id"], m["member_epoch"],
+                 m["state"], " ".join(f"{t}-{p}" for t, p in m["assigned"])] for m in g["members"]]
+        if rows:
+            print(_table(["MEMBER", "INSTANCE", "NODE", "CLIENT (actor/process)", "EPOCH", "STATE", "PARTITIONS"],
+                         rows))
+    elif args.action == "offsets":
+        lag = admin.consumer_group_lag(args.group)
+        rows = [[r["topic"], r["partition"], r["committed"], r["end_offset"], r["lag"],
+                 (r["member_id"] or "")[:12]] for r in lag["partitions"]]
+        print(_table(["TOPIC", "PARTITION", "COMMITTED", "END", "LAG", "MEMBER"], rows))
+        if lag["members"]:
+            print()
+            print(_table(["MEMBER", "LAG"], [[m["member_id"][:12], m["lag"]] for m in lag["members"]]))
+        print(f"\ntotal lag {lag['total_lag']}")
+    elif args.action == "reset":
+        target = {"to": "earliest" if args.to_earliest else ("latest" if args.to_latest else None),
+                  "timestamp_ms": args.to_timestamp, "shift_by": args.shift_by}
+        if args.to_offset is not None:
+            n = len(admin.describe_topics([args.topic])[0].partitions)
+            target = {"offsets": {TopicPartition(args.topic, p): args.to_offset for p in range(n)}}
+        new = admin.reset_consumer_group_offsets(args.group, [args.topic],
+                                                 **{k: v for k, v in target.items() if v is not None})
+        print(_table(["TOPIC", "PARTITION", "NEW OFFSET"], [[tp.topic, tp.partition, o] for tp, o in sorted(new.items())]))
+    elif args.action == "delete":
+        admin.delete_consumer_groups([args.group])
+        print(f"deleted group {args.group}")
     return 0
 
 
@@ -219,6 +272,22 @@ def build_parser() -> argparse.ArgumentParser:
     reassign.add_argument("partition", type=int)
     reassign.add_argument("nodes", nargs="+")
     partitions.set_defaults(func=cmd_partitions)
+
+    groups = sub.add_parser("groups", help="consumer groups: list, describe, offsets and lag, reset, delete")
+    gsub = groups.add_subparsers(dest="action", required=True)
+    gsub.add_parser("list")
+    for action in ("describe", "offsets", "delete"):
+        gsub.add_parser(action).add_argument("group")
+    reset = gsub.add_parser("reset", help="move a group's committed offsets (the group must have no members)")
+    reset.add_argument("group")
+    reset.add_argument("--topic", required=True)
+    how = reset.add_mutually_exclusive_group(required=True)
+    how.add_argument("--to-earliest", action="store_true")
+    how.add_argument("--to-latest", action="store_true")
+    how.add_argument("--to-timestamp", type=int, metavar="MS")
+    how.add_argument("--shift-by", type=int, metavar="N")
+    how.add_argument("--to-offset", type=int, metavar="N")
+    groups.set_defaults(func=cmd_groups)
 
     produce = sub.add_parser("produce", help="send stdin lines as records")
     produce.add_argument("topic")

@@ -242,9 +242,32 @@ class ProducerConfig:
         return -1 if self.acks in ("all", -1, "-1") else int(self.acks)
 
 
+ASSIGNORS = ("uniform", "range")
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumerConfig:
-    """kafka-python's KafkaConsumer settings that raylog implements (manual assignment)."""
+    """kafka-python's KafkaConsumer settings that raylog implements, and KIP-848's group ones."""
+
+    group_id: str | None = None
+    """The consumer group to join on subscribe(), and to commit offsets for. None: no group."""
+    group_instance_id: str | None = None
+    """Static membership (KIP-345): a member that restarts with the same id within
+    session_timeout_ms gets its partitions back without moving any."""
+    session_timeout_ms: int = 45_000
+    """The coordinator removes a member that has not heartbeated for this long. Kafka: 45 s."""
+    heartbeat_interval_ms: int = 3_000
+    """How often the member heartbeats (at most; also at least 3 times per session). kafka-python: 3 s."""
+    max_poll_interval_ms: int = 300_000
+    """A member that does not call poll() for this long leaves the group (its partitions move) and
+    rejoins at its next poll; it is also how long it may take to give up partitions. Kafka: 5 min."""
+    enable_auto_commit: bool = True
+    """Commit the positions of what poll() returned, every auto_commit_interval_ms, before a
+    partition is revoked, and on close(). Kafka: true."""
+    auto_commit_interval_ms: int = 5_000
+    group_remote_assignor: str = "uniform"
+    """The coordinator-side assignor (KIP-848's group.remote.assignor): 'uniform' (sticky) or 'range'."""
+    client_id: str = "raylog-consumer"
 
     auto_offset_reset: str = "latest"
     """Where to start without a position or after OffsetOutOfRange: 'earliest', 'latest' or 'none' (raise)."""
@@ -279,6 +302,19 @@ class ConsumerConfig:
         _check_int(self, "max_partition_fetch_bytes", 1)
         _check_int(self, "fetch_max_bytes", 1)
         _check_int(self, "metadata_max_age_ms", 0)
+        for name in ("group_id", "group_instance_id"):
+            value = getattr(self, name)
+            _check(value is None or (isinstance(value, str) and bool(value)),
+                   f"{name} must be None or a non-empty string, got {value!r}")
+        _check(self.group_instance_id is None or self.group_id is not None,
+               "group_instance_id needs a group_id")
+        _check_int(self, "session_timeout_ms", 1)
+        _check_int(self, "heartbeat_interval_ms", 1)
+        _check_int(self, "max_poll_interval_ms", 1)
+        _check_int(self, "auto_commit_interval_ms", 1)
+        _check(isinstance(self.enable_auto_commit, bool), f"enable_auto_commit must be a bool, got {self.enable_auto_commit!r}")
+        _check(self.group_remote_assignor in ASSIGNORS,
+               f"group_remote_assignor must be one of {ASSIGNORS}, got {self.group_remote_assignor!r}")
         _check(self.consumer_timeout_ms is None or (isinstance(self.consumer_timeout_ms, int)
                                                     and self.consumer_timeout_ms >= 0),
                f"consumer_timeout_ms must be None or an int >= 0, got {self.consumer_timeout_ms!r}")

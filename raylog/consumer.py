@@ -1,24 +1,35 @@
-"""Consumer: kafka-python's KafkaConsumer API with manual assignment.
+"""Consumer: kafka-python's KafkaConsumer API, with KIP-848 consumer groups.
 
 Consumers are cheap: each tracks its own positions and fetches straight from
-partition replicas. Consumer groups (subscribe, commit) arrive with the group
-coordinator; until then ``Consumer(*topics)`` assigns every partition of the
-given topics. Not thread-safe: one thread polls, as in kafka-python.
+partition leaders. Two ways to get partitions, never both (kafka-python's
+IllegalStateError otherwise): ``assign()`` takes exact partitions (offsets may
+still be committed under a group_id, while that group has no members), and
+``subscribe()`` joins the consumer group ``group_id``, whose coordinator
+assigns partitions (raylog/group_member.py). ``Consumer(*topics)`` subscribes
+when a group_id is set and otherwise assigns every partition of the topics.
+Not thread-safe: one thread polls, as in kafka-python; listener callbacks run
+inside poll().
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import logging
+import re
 import time
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from raylog import memory
 from raylog.column_batch import ColumnBatch
 from raylog.config import ConsumerConfig, config_from_mapping
-from raylog.errors import IllegalStateError, InvalidOffsetError
+from raylog.errors import IllegalStateError, InvalidConfigError, InvalidOffsetError, RaylogError
 from raylog.fetcher import Fetcher, PartitionState
+from raylog.group_member import ConsumerRebalanceListener, GroupMember
 from raylog.naming import validate_topic_name
 from raylog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from raylog.records import ConsumerRecord, OffsetAndTimestamp, TopicPartition
+from raylog.records import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+
+log = logging.getLogger(__name__)
 
 
 class Consumer:
@@ -31,9 +42,19 @@ class Consumer:
         self._metadata = self._cluster.metadata
         self._fetcher = Fetcher(self.config, self._metadata)
         self._closed = False
+        self._group: GroupMember | None = None
+        """The group membership, once subscribed."""
+        self._offsets: GroupMember | None = None
+        """For an assign()ed consumer with a group_id: commits as no member (never joins)."""
+        self._manual = False
+        self._last_auto_commit = time.monotonic()
+        self._committer: concurrent.futures.ThreadPoolExecutor | None = None
         if topics:
-            self.assign([TopicPartition(t, p) for t in topics
-                         for p in range(self._metadata.partition_count(validate_topic_name(t)))])
+            if self.config.group_id is not None:
+                self.subscribe(topics)
+            else:
+                self.assign([TopicPartition(t, p) for t in topics
+                             for p in range(self._metadata.partition_count(validate_topic_name(t)))])
 
     # --- assignment and positions --------------------------------------------------------------
 
@@ -44,18 +65,88 @@ class Consumer:
             raise IllegalStateError(f"{tp} is not assigned to this consumer")
         return tp
 
-    def assign(self, partitions: Iterable[TopicPartition]) -> None:
-        """Replace the assignment with exactly these partitions (they must exist)."""
+    def _check_open(self) -> None:
         if self._closed:
             raise IllegalStateError("the consumer is closed")
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Replace the assignment with exactly these partitions (they must exist). Not allowed
+        while subscribed to a group (IllegalStateError, as kafka-python)."""
+        self._check_open()
+        if self._group is not None:
+            raise IllegalStateError("assign() and subscribe() are mutually exclusive: unsubscribe() first")
         wanted = [TopicPartition(*tp) for tp in partitions]
         for tp in wanted:
             self._metadata.leader(validate_topic_name(tp.topic), tp.partition)
+        self._manual = bool(wanted)
         for tp in list(self._fetcher.states):
             if tp not in wanted:
                 self._fetcher.drop(tp)
         for tp in wanted:
             self._fetcher.states.setdefault(tp, PartitionState())
+
+    def subscribe(self, topics: Iterable[str] = (), pattern: str | None = None,
+                  listener: ConsumerRebalanceListener | None = None) -> None:
+        """Join consumer group ``group_id`` for these topics (or every topic matching ``pattern``,
+        a Python regular expression matched in full); the group's coordinator assigns partitions,
+        and ``listener``'s callbacks run inside poll() when they change. Calling it again changes
+        the subscription. IllegalStateError without a group_id or after assign()."""
+        self._check_open()
+        if self.config.group_id is None:
+            raise IllegalStateError("subscribe() needs a group_id (or use assign() for exact partitions)")
+        if self._manual:
+            raise IllegalStateError("assign() and subscribe() are mutually exclusive: unassign with assign([])")
+        if isinstance(topics, str):
+            topics = [topics]
+        topics = [validate_topic_name(t) for t in topics]
+        if bool(topics) == (pattern is not None):
+            raise InvalidConfigError("subscribe() takes topic names or a pattern, exactly one of them")
+        if pattern is not None:
+            try:
+                re.compile(pattern)
+            except (re.error, TypeError) as exc:
+                raise InvalidConfigError(f"subscription pattern {pattern!r} is not a regular expression: {exc}") from None
+        if self._group is None:
+            self._group = GroupMember(self._cluster, self.config, listener)
+        elif listener is not None:
+            self._group.listener = listener
+        self._group.subscribe(topics if pattern is None else None, pattern)
+
+    def unsubscribe(self) -> None:
+        """Leave the group (its partitions move on at once) and drop every partition."""
+        self._check_open()
+        if self._group is not None:
+            self._commit_on_exit()
+            self._group.close(self)
+            self._group = None
+        self._manual = False
+        for tp in list(self._fetcher.states):
+            self._fetcher.drop(tp)
+
+    def subscription(self) -> set[str] | None:
+        if self._group is None:
+            return None
+        return set(self._group.topics or ()) if self._group.pattern is None else {self._group.pattern}
+
+    # The group member drives these from poll(): partitions it gives up and partitions it takes.
+
+    def _release(self, partitions: set[TopicPartition]) -> None:
+        for tp in partitions:
+            self._fetcher.drop(tp)
+
+    def _acquire(self, partitions: set[TopicPartition], committed: Mapping[TopicPartition, int]) -> None:
+        for tp in partitions:
+            state = self._fetcher.states.setdefault(tp, PartitionState())
+            if tp in committed:
+                self._fetcher.seek(tp, committed[tp])
+
+    def _positions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, OffsetAndMetadata]:
+        out = {}
+        for tp in partitions:
+            st = self._fetcher.states.get(tp)
+            if st is not None and st.position is not None:
+                out[tp] = OffsetAndMetadata(st.position, "")
+        return out
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._fetcher.states)
@@ -103,8 +194,10 @@ class Consumer:
     def poll_batch(self, timeout_ms: int = 0, max_records: int | None = None) -> list[ColumnBatch]:
         """Up to ``max_records`` records as column batches (one or more per partition), waiting
         up to ``timeout_ms`` for the first. The fast path: no Python object per record."""
-        if self._closed:
-            raise IllegalStateError("the consumer is closed")
+        self._check_open()
+        if self._group is not None:
+            self._maybe_auto_commit()
+            self._group.poll_tick(self)
         limit = max_records or self.config.max_poll_records
         fetcher = self._fetcher
         fetcher.resolve_positions()
@@ -117,7 +210,10 @@ class Consumer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return []
-            fetcher.wait(remaining)
+            fetcher.wait(min(remaining, 0.1) if self._group is not None else remaining)
+            if self._group is not None:
+                self._group.reconcile(self)
+                fetcher.resolve_positions()
 
     def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> dict[TopicPartition, list[ConsumerRecord]]:
         """kafka-python's poll: {TopicPartition: [ConsumerRecord, ...]}, records built in bulk."""
@@ -165,9 +261,103 @@ class Consumer:
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         return {tp: self._fetcher.list_offset(TopicPartition(*tp), LATEST_TIMESTAMP)[0] for tp in partitions}
 
-    def close(self) -> None:
-        self._closed = True
-        self._fetcher.close()
+    # --- committed offsets (the group's coordinator keeps them) ------------------------------------
+
+    def _member(self) -> GroupMember:
+        self._check_open()
+        if self.config.group_id is None:
+            raise IllegalStateError("committing and reading committed offsets need a group_id")
+        if self._group is not None:
+            return self._group
+        if self._offsets is None:
+            self._offsets = GroupMember(self._cluster, self.config, None)
+        return self._offsets
+
+    def _commit_args(self, offsets) -> dict[TopicPartition, OffsetAndMetadata]:
+        if offsets is None:
+            return self._positions(self.assignment())
+        out = {}
+        for tp, value in offsets.items():
+            tp = TopicPartition(*tp)
+            om = value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(value, "")
+            if not isinstance(om.offset, int) or om.offset < 0 or not isinstance(om.metadata, str):
+                raise InvalidOffsetError(f"commit for {tp} needs an offset >= 0 and a str metadata, got {value!r}")
+            out[tp] = om
+        return out
+
+    def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None) -> None:
+        """Commit ``offsets`` (default: the position of every partition this consumer owns, i.e. past
+        every record poll() returned). Raises CommitFailedError when the group refuses: this
+        member's epoch is stale or fenced, or a partition moved to another member."""
+        member = self._member()
+        member.commit(self._commit_args(offsets), as_member=member is self._group)
+
+    def commit_async(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None,
+                     callback: Callable[[dict, BaseException | None], None] | None = None):
+        """Commit in the background; ``callback(offsets, exception or None)`` runs on the committer
+        thread. Returns a concurrent.futures.Future."""
+        member = self._member()
+        args = self._commit_args(offsets)
+        as_member = member is self._group
+        if self._committer is None:
+            self._committer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="raylog-commit")
+
+        def run():
+            error = None
+            try:
+                member.commit(args, as_member=as_member)
+            except RaylogError as exc:
+                error = exc
+            if callback is not None:
+                try:
+                    callback(args, error)
+                except Exception:  # noqa: BLE001 - a user's callback must not break the committer
+                    log.exception("raylog commit_async callback raised")
+            if error is not None:
+                raise error
+
+        return self._committer.submit(run)
+
+    def committed(self, partition: TopicPartition, metadata: bool = False):
+        """The committed offset of ``partition`` for this group (None if none); with
+        ``metadata=True`` an OffsetAndMetadata (kafka-python's signature)."""
+        tp = TopicPartition(*partition)
+        found = self._member().fetch_committed([tp]).get(tp)
+        if found is None:
+            return None
+        return found if metadata else found.offset
+
+    def _maybe_auto_commit(self) -> None:
+        if not self.config.enable_auto_commit or self._group is None:
+            return
+        now = time.monotonic()
+        if (now - self._last_auto_commit) * 1000 >= self.config.auto_commit_interval_ms:
+            self._last_auto_commit = now
+            positions = self._positions(self._group.owned)
+            if positions:
+                self.commit_async(positions)
+
+    def _commit_on_exit(self) -> None:
+        if self.config.enable_auto_commit and self._group is not None:
+            try:
+                self._group.commit(self._positions(self._group.owned))
+            except RaylogError as exc:
+                log.warning("committing on close failed: %s", exc)
+
+    def close(self, autocommit: bool = True) -> None:
+        """Commit (with enable_auto_commit), leave the group at once, stop fetching."""
+        if self._closed:
+            return
+        try:
+            if self._group is not None:
+                if autocommit:
+                    self._commit_on_exit()
+                self._group.close(self)
+        finally:
+            self._closed = True
+            if self._committer is not None:
+                self._committer.shutdown(wait=True)
+            self._fetcher.close()
 
     def __enter__(self) -> "Consumer":
         return self

@@ -43,3 +43,13 @@ def partition_path(node_root: str, topic: str, topic_id: str, partition: int) ->
 def replica_actor_name(topic: str, topic_id: str, partition: int, replica_id: int) -> str:
     """Named by topic id too, so a replica of a deleted topic never answers for a new one."""
     return f"raylog-replica/{topic}/{topic_id[:8]}/{partition}/{replica_id}"
+
+
+OFFSETS_TOPIC = "__consumer_offsets"
+"""The internal compacted topic holding consumer groups' metadata and committed offsets (Kafka's name)."""
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+
+
+def coordinator_actor_name(partition: int) -> str:
+    """The group coordinator that owns partition ``partition`` of __consumer_offsets."""
+    return f"raylog-coordinator/{partition}"

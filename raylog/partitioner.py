@@ -130,3 +130,19 @@ class StickyPartitioner:
         if num_partitions > 1 and self._current.get(topic) == previous:
             p = self._rng.randrange(num_partitions - 1)
             self._current[topic] = p if p < previous else p + 1
+
+
+def java_string_hash(text: str) -> int:
+    """Java's String.hashCode: h = 31 * h + c over UTF-16 code units, as a signed 32-bit int."""
+    h = 0
+    data = text.encode("utf-16-le")
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] | data[i + 1] << 8)) & _MASK
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def coordinator_partition(group_id: str, num_partitions: int) -> int:
+    """The __consumer_offsets partition (and so the coordinator) that owns ``group_id``: Kafka's
+    ``Utils.abs(groupId.hashCode()) % partitions``, where Utils.abs maps Integer.MIN_VALUE to 0."""
+    h = java_string_hash(group_id)
+    return (0 if h == -(1 << 31) else abs(h)) % num_partitions

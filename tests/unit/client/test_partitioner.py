@@ -6,7 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raylog.partitioner import StickyPartitioner, murmur2, murmur2_many, partition_for_key, partitions_for_keys
+from raylog.partitioner import (
+    StickyPartitioner, coordinator_partition, java_string_hash, murmur2, murmur2_many, partition_for_key,
+    partitions_for_keys,
+)
 
 KAFKA_UTILS_TEST_VECTORS = {
     b"21": -973932308,
@@ -51,3 +54,18 @@ def test_partitions_for_keys_is_positive_murmur2_modulo_partitions(seed):
     rng = random.Random(seed)
     keys = [rng.randbytes(rng.randint(1, 24)) for _ in range(1000)]
     assert partitions_for_keys(keys, 6).tolist() == [partition_for_key(k, 6) for k in keys]
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("", 0), ("a", 97), ("hello", 99162322), ("my-group", -1906497762), ("Aa", 2112), ("BB", 2112),
+    ("polygenelubricants", -2147483648), ("\u00e9t\u00e9", 227742), ("\U0001F600", 1772899),
+])
+def test_java_string_hash_matches_javas(text, expected):
+    """Values printed by Java 17's String.hashCode (a surrogate pair and Integer.MIN_VALUE included)."""
+    assert java_string_hash(text) == expected
+
+
+def test_a_group_maps_to_its_offsets_partition_as_kafka_does():
+    assert coordinator_partition("polygenelubricants", 8) == 0, "Utils.abs(Integer.MIN_VALUE) is 0"
+    assert coordinator_partition("my-group", 50) == 1906497762 % 50
+    assert coordinator_partition("a", 8) == 97 % 8

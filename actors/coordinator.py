@@ -1,0 +1,225 @@
+"""GroupCoordinator: the actor that owns the consumer groups of one __consumer_offsets partition.
+
+A thin shell around ``GroupCoordinatorState`` (group_state.py), in the shape
+of Kafka's coordinator runtime: each request runs the state's handler, writes
+the records it returns to this coordinator's partition of __consumer_offsets
+(acks='all', so a commit survives what the topic's replication survives),
+replays them, and only then answers. Requests are served one at a time (an
+asyncio lock), so records reach the log in the order the state saw them. On
+start (and after Ray restarts it) the coordinator reads its partition from the
+beginning and replays every record, which compaction keeps to the last per
+key, before it answers anything.
+
+Fencing: the coordinator writes as an idempotent producer with a producer id
+fixed per partition and an epoch one above the highest found in the log, so
+when a coordinator comes back while an old one still runs (a zombie on a lost
+node), the replica refuses the old one's writes (InvalidProducerEpochError)
+and the old one stops serving.
+
+Timers (session timeouts, revocation timeouts) come from the state's
+``next_deadline``; an idle coordinator with no members sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+import ray
+
+from actors.group_state import GroupCoordinatorState, HeartbeatRequest, Record
+from raylog.config import ClusterConfig
+from raylog.errors import CoordinatorNotAvailableError, InvalidProducerEpochError, RaylogError
+from raylog.naming import CONTROLLER_ACTOR_NAME, OFFSETS_TOPIC
+from raylog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from raylog.ray_calls import translate
+from raylog.storage import batch as record_batch
+from raylog.storage.log import wall_clock_ms
+from raylog.storage.producer_state import SEQUENCE_MASK
+
+PRODUCER_ID_BASE = 1 << 62
+"""Coordinator producer ids: PRODUCER_ID_BASE + partition. Clients draw theirs below 2**62."""
+TOPICS_TTL_S = 1.0
+"""How long the cluster's topic list (for pattern subscriptions and partition counts) is reused."""
+RETRY_BACKOFF_S = 0.1
+
+
+class GroupCoordinator:
+    def __init__(self, partition: int, cluster: dict):
+        self.partition = partition
+        self.config = ClusterConfig(**cluster)
+        self.state = GroupCoordinatorState(wall_clock_ms)
+        self.producer_id = PRODUCER_ID_BASE + partition
+        self._epoch = 0
+        self._sequence = 0
+        self._loaded: asyncio.Task | None = None
+        self._lock: asyncio.Lock | None = None
+        self._timer = None
+        self._leader = None
+        self._leader_epoch = -1
+        self._topics: tuple[float, dict] = (0.0, {})
+        self._fenced: BaseException | None = None
+
+    # --- start-up: replay the partition -----------------------------------------------------
+
+    async def _ready(self) -> None:
+        if self._loaded is None:
+            self._lock = asyncio.Lock()
+            self._loaded = asyncio.get_running_loop().create_task(self._load())
+        await asyncio.shield(self._loaded)
+        if self._fenced is not None:
+            raise CoordinatorNotAvailableError(
+                f"coordinator {self.partition} was replaced by a newer one: {self._fenced}")
+
+    def _controller(self):
+        return ray.get_actor(CONTROLLER_ACTOR_NAME, namespace=self.config.namespace)
+
+    async def _refresh_leader(self) -> None:
+        description, leaders = await self._controller().topic_metadata.remote(OFFSETS_TOPIC)
+        self._leader = leaders[self.partition]
+        self._leader_epoch = description.partitions[self.partition].leader_epoch
+        if self._leader is None:
+            raise CoordinatorNotAvailableError(f"{OFFSETS_TOPIC}-{self.partition} has no leader now")
+
+    async def _call_leader(self, method: str, *args):
+        """Call the offsets partition's leader, following it through leader changes."""
+        deadline = time.monotonic() + self.config.request_timeout_ms / 1000
+        while True:
+            try:
+                if self._leader is None:
+                    await self._refresh_leader()
+                return await getattr(self._leader, method).remote(*args)
+            except Exception as exc:  # noqa: BLE001 - sorted below
+                err = translate(exc)
+                if not getattr(err, "retriable", False) or time.monotonic() > deadline:
+                    raise err from None
+                self._leader = None
+                await asyncio.sleep(RETRY_BACKOFF_S)
+
+    async def _load(self) -> None:
+        offset = (await self._call_leader("list_offsets", EARLIEST_TIMESTAMP))[0]
+        end = (await self._call_leader("list_offsets", LATEST_TIMESTAMP))[0]
+        highest_epoch = -1
+        while offset < end:
+            response = await self._call_leader("fetch", offset, 8 * 1024 * 1024, 0, 1)
+            data = response[0]
+            if len(data) == 0:
+                break
+            for batch in record_batch.iter_batches(data):
+                if batch.producer_id == self.producer_id:
+                    highest_epoch = max(highest_epoch, batch.producer_epoch)
+                cols = batch.columns()
+                for off, key, value in zip(batch.offsets(cols).tolist(), cols.keys.to_pylist(),
+                                           cols.values.to_pylist()):
+                    if off >= offset:
+                        self.state.replay(Record.from_bytes(key, value))
+                offset = batch.next_offset
+        self._epoch = highest_epoch + 1
+        self._sequence = 0
+        self._schedule_timer()
+
+    # --- writing records ------------------------------------------------------------------------
+
+    async def _append(self, records: list[Record]) -> None:
+        encoded = [r.to_bytes() for r in records]
+        buf = record_batch.build([v for _, v in encoded], keys=[k for k, _ in encoded],
+                                 timestamps_ms=wall_clock_ms(), producer_id=self.producer_id,
+                                 producer_epoch=self._epoch, base_sequence=self._sequence)
+        try:
+            await self._call_leader("produce", np.frombuffer(buf, dtype=np.uint8), -1, self._leader_epoch,
+                                    self.config.request_timeout_ms)
+        except InvalidProducerEpochError as exc:
+            self._fenced = exc
+            raise CoordinatorNotAvailableError(
+                f"coordinator {self.partition} was replaced by a newer one") from None
+        self._sequence = (self._sequence + len(records)) & SEQUENCE_MASK
+
+    async def _handle(self, handler):
+        """Run a handler, persist its records, replay them, answer: one request at a time."""
+        await self._ready()
+        async with self._lock:
+            records, response = handler()
+            if records:
+                await self._append(records)
+                for record in records:
+                    self.state.replay(record)
+            self._schedule_timer()
+            return response
+
+    # --- timers -----------------------------------------------------------------------------------
+
+    def _schedule_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        deadline = self.state.next_deadline()
+        if deadline is not None:
+            delay = max(0.0, (deadline - wall_clock_ms()) / 1000)
+            self._timer = asyncio.get_running_loop().call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        asyncio.get_running_loop().create_task(self._expire())
+
+    async def _expire(self) -> None:
+        try:
+            await self._handle(lambda: (self.state.expire(), None))
+        except RaylogError:
+            await asyncio.sleep(RETRY_BACKOFF_S)
+            self._schedule_timer()
+
+    async def _cluster_topics(self) -> dict:
+        fetched_at, topics = self._topics
+        if time.monotonic() - fetched_at > TOPICS_TTL_S:
+            topics = await self._controller().topic_partition_counts.remote()
+            self._topics = (time.monotonic(), topics)
+        return topics
+
+    # --- requests (Kafka's names) ---------------------------------------------------------------
+
+    async def heartbeat(self, request: dict) -> dict:
+        """KIP-848's ConsumerGroupHeartbeat, as plain dicts over the wire."""
+        request = dict(request)
+        for name in ("subscribed_topics", "owned_partitions"):
+            if request.get(name) is not None:
+                request[name] = tuple(tuple(x) if isinstance(x, list) else x for x in request[name])
+        req = HeartbeatRequest(**request)
+        topics = await self._cluster_topics()
+        response = await self._handle(lambda: self.state.heartbeat(req, topics))
+        return {"member_id": response.member_id, "member_epoch": response.member_epoch,
+                "heartbeat_interval_ms": response.heartbeat_interval_ms,
+                "assignment": sorted(list(tp) for tp in response.assignment)}
+
+    async def commit_offsets(self, group_id: str, member_id: str | None, member_epoch: int,
+                             offsets: list) -> None:
+        """``offsets``: [[topic, partition, offset, metadata], ...]."""
+        request = {(t, p): (o, m) for t, p, o, m in offsets}
+        await self._handle(lambda: self.state.commit_offsets(group_id, member_id, member_epoch, request))
+
+    async def fetch_offsets(self, group_id: str, partitions: list | None = None) -> list:
+        await self._ready()
+        wanted = None if partitions is None else [tuple(tp) for tp in partitions]
+        found = self.state.fetch_offsets(group_id, wanted)
+        return [[t, p, o, m] for (t, p), (o, m) in sorted(found.items())]
+
+    async def describe_group(self, group_id: str) -> dict:
+        await self._ready()
+        return self.state.describe_group(group_id)
+
+    async def list_groups(self) -> list[dict]:
+        await self._ready()
+        return self.state.list_groups()
+
+    async def delete_group(self, group_id: str) -> None:
+        await self._handle(lambda: self.state.delete_group(group_id))
+
+    async def reset_offsets(self, group_id: str, offsets: list) -> None:
+        """``offsets``: [[topic, partition, offset or None], ...] (None deletes the commit)."""
+        request = {(t, p): o for t, p, o in offsets}
+        await self._handle(lambda: self.state.reset_offsets(group_id, request))
+
+    async def ping(self) -> int:
+        import os
+
+        return os.getpid()

@@ -1,0 +1,337 @@
+"""Consumer groups on a real local Ray, members running as Ray actors (issue 14).
+
+A background producer writes keyed records continuously to a 6-partition
+topic; members (tests/support/members.py) poll, record what they processed
+with the member epoch they held, and commit after processing.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import uuid
+from collections import defaultdict
+
+import pytest
+import ray
+
+import raylog
+from raylog.errors import CommitFailedError, NonEmptyGroupError, StaleMemberEpochError
+from raylog.naming import coordinator_actor_name
+from raylog.records import OffsetAndMetadata, TopicPartition
+from tests.integration.conftest import wait_for
+from tests.support.members import MemberActor
+from tests.support.topics import consume_all
+
+pytestmark = pytest.mark.ray
+
+SESSION_MS = 3000
+MEMBER = {"session_timeout_ms": SESSION_MS, "heartbeat_interval_ms": 500, "max_poll_interval_ms": 20_000}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = raylog.connect(data_root=str(tmp_path_factory.mktemp("groups")), num_cpus=2,
+                       object_store_memory=300 * 1024 * 1024, cluster_config={"offsets_topic_num_partitions": 2})
+    yield c
+    ray.shutdown()
+
+
+class Writer:
+    """Keyed records to every partition, numbered, at a steady trickle (about 400 per second)."""
+
+    def __init__(self, cluster, topic: str, keys: int = 24):
+        self.producer = cluster.producer(linger_ms=5)
+        self.topic, self.keys, self.sent = topic, keys, []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        n = 0
+        while not self._stop.is_set():
+            for k in range(self.keys):
+                value = b"k%d:%d" % (k, n)
+                self.producer.send(self.topic, value, key=b"k%d" % k)
+                self.sent.append(value)
+            n += 1
+            time.sleep(0.06)
+
+    def stop(self) -> list[bytes]:
+        self._stop.set()
+        self._thread.join()
+        self.producer.flush(timeout=60)
+        self.producer.close()
+        return self.sent
+
+
+def new_group_topic(cluster, partitions: int = 6) -> tuple[str, str]:
+    topic = f"g-{uuid.uuid4().hex[:8]}"
+    cluster.admin().create_topic(topic, partitions)
+    return topic, f"group-{uuid.uuid4().hex[:6]}"
+
+
+def members(topic: str, group: str, n: int, **extra) -> list:
+    return [MemberActor.remote(topic, group, {**MEMBER, **extra}) for _ in range(n)]
+
+
+def assignments(actors) -> list[list[int]]:
+    return ray.get([a.assignment.remote() for a in actors])
+
+
+def balanced(actors, sizes) -> bool:
+    got = assignments(actors)
+    owned = [p for a in got for p in a]
+    return sorted(map(len, got)) == sorted(sizes) and sorted(owned) == list(range(sum(sizes)))
+
+
+def stop_all(actors) -> None:
+    for a in actors:
+        try:
+            ray.get(a.stop.remote(), timeout=30)
+        except Exception:  # noqa: BLE001 - already dead
+            pass
+        ray.kill(a)
+
+
+def test_three_members_share_six_partitions_two_each(cluster):
+    topic, group = new_group_topic(cluster)
+    actors = members(topic, group, 3)
+    try:
+        wait_for(lambda: balanced(actors, [2, 2, 2]), timeout_s=60, describe=lambda: assignments(actors))
+    finally:
+        stop_all(actors)
+
+
+def test_a_joining_member_gets_its_share_while_the_others_never_stop_consuming_what_they_keep(cluster):
+    topic, group = new_group_topic(cluster)
+    writer = Writer(cluster, topic)
+    actors = members(topic, group, 3)
+    try:
+        wait_for(lambda: balanced(actors, [2, 2, 2]), timeout_s=60, describe=lambda: assignments(actors))
+        before = {i: set(p) for i, p in enumerate(assignments(actors))}
+        time.sleep(1)
+        join_start = time.monotonic()
+        newcomer = MemberActor.remote(topic, group, MEMBER)
+        actors.append(newcomer)
+        wait_for(lambda: balanced(actors, [2, 2, 1, 1]), timeout_s=60, describe=lambda: assignments(actors))
+        time.sleep(1)
+        join_end = time.monotonic()
+        after = {i: set(p) for i, p in enumerate(assignments(actors))}
+        assert after[3], "the newcomer got partitions"
+        for i in range(3):
+            kept = before[i] & after[i]
+            assert kept, "each original member keeps at least one partition (sticky)"
+            times = defaultdict(list)
+            for partition, _, _, _, at in ray.get(actors[i].records.remote()):
+                if partition in kept:
+                    times[partition].append(at)
+            for partition in kept:
+                window = [t for t in times[partition] if join_start - 1 <= t <= join_end]
+                gaps = [b - a for a, b in zip(window, window[1:])]
+                assert window and max(gaps, default=0) < 1.5, (
+                    f"member {i} paused partition {partition} during the join (gap {max(gaps, default=0):.2f}s)")
+    finally:
+        writer.stop()
+        stop_all(actors)
+
+
+def test_a_killed_members_partitions_are_consumed_again_within_the_session_timeout(cluster):
+    topic, group = new_group_topic(cluster)
+    writer = Writer(cluster, topic)
+    actors = members(topic, group, 3)
+    try:
+        wait_for(lambda: balanced(actors, [2, 2, 2]), timeout_s=60, describe=lambda: assignments(actors))
+        victim, survivors = actors[0], actors[1:]
+        orphaned = set(ray.get(victim.assignment.remote()))
+        seen_before = [ray.get(a.count.remote()) for a in survivors]
+        killed_at = time.monotonic()
+        os.kill(ray.get(victim.pid.remote()), signal.SIGKILL)
+
+        def taken_over():
+            done = set()
+            for a, since in zip(survivors, seen_before):
+                done |= {p for p, _, _, _, at in ray.get(a.records.remote(since)) if p in orphaned and at > killed_at}
+            return done == orphaned
+
+        wait_for(taken_over, timeout_s=SESSION_MS / 1000 + 2, interval_s=0.1)
+    finally:
+        writer.stop()
+        stop_all(actors)
+
+
+def test_a_static_member_that_restarts_gets_the_same_partitions_and_nobody_moves(cluster):
+    topic, group = new_group_topic(cluster)
+    actors = [MemberActor.remote(topic, group, {**MEMBER, "group_instance_id": f"worker-{i}",
+                                                "session_timeout_ms": 20_000}) for i in range(3)]
+    try:
+        wait_for(lambda: balanced(actors, [2, 2, 2]), timeout_s=60, describe=lambda: assignments(actors))
+        before = assignments(actors)
+        epoch_before = cluster.admin().describe_consumer_groups([group])[0]["group_epoch"]
+        ray.get(actors[1].stop.remote())
+        ray.kill(actors[1])
+        actors[1] = MemberActor.remote(topic, group, {**MEMBER, "group_instance_id": "worker-1",
+                                                      "session_timeout_ms": 20_000})
+        wait_for(lambda: ray.get(actors[1].assignment.remote()) == before[1], timeout_s=30)
+        assert assignments(actors) == before, "no partition moved"
+        assert cluster.admin().describe_consumer_groups([group])[0]["group_epoch"] == epoch_before
+    finally:
+        stop_all(actors)
+
+
+def test_at_least_once_under_churn_and_never_two_owners_in_one_member_epoch(cluster):
+    """Members join, crash (SIGKILL) and leave while a producer writes; each reports what it
+    processed to a ledger before committing it. Every record sent is processed by someone, and no
+    partition is processed by two members holding the same member epoch."""
+    from tests.support.members import Ledger
+
+    topic, group = new_group_topic(cluster)
+    ledger = Ledger.remote()
+    writer = Writer(cluster, topic)
+
+    def member():
+        return MemberActor.remote(topic, group, MEMBER, ledger=ledger)
+
+    actors = [member(), member()]
+    everyone = list(actors)
+    try:
+        time.sleep(2)
+        everyone.append(member())
+        actors.append(everyone[-1])
+        time.sleep(2)
+        os.kill(ray.get(actors[0].pid.remote()), signal.SIGKILL)
+        actors.pop(0)
+        time.sleep(2)
+        ray.get(actors[0].stop.remote())
+        actors.pop(0)
+        everyone.append(member())
+        actors.append(everyone[-1])
+        time.sleep(3)
+        sent = set(writer.stop())
+        writer = None
+        wait_for(lambda: sent <= {row[3] for row in ray.get(ledger.all.remote())}, timeout_s=60,
+                 describe=lambda: len(sent - {row[3] for row in ray.get(ledger.all.remote())}))
+        owners = defaultdict(set)
+        for name, partition, _, _, epoch in ray.get(ledger.all.remote()):
+            owners[(partition, epoch)].add(name)
+        assert all(len(m) == 1 for m in owners.values()), {k: v for k, v in owners.items() if len(v) > 1}
+    finally:
+        if writer is not None:
+            writer.stop()
+        stop_all(everyone)
+
+
+def test_committed_offsets_survive_a_coordinator_sigkill_and_stale_commits_are_fenced(cluster):
+    topic, group = new_group_topic(cluster, partitions=2)
+    producer = cluster.producer()
+    producer.send_batch(topic, [b"%d" % i for i in range(100)], partition=0).wait(timeout=30)
+    consumer = cluster.consumer(group_id=group, auto_offset_reset="earliest", enable_auto_commit=False, **MEMBER)
+    consumer.subscribe([topic])
+    got = consume_all(consumer, 100)
+    assert len(got) == 100
+    consumer.commit()
+    stale_epoch = consumer._group.member_epoch
+    from raylog.partitioner import coordinator_partition
+
+    coordinator = ray.get_actor(coordinator_actor_name(coordinator_partition(group, 2)), namespace="raylog")
+    old_pid = ray.get(coordinator.ping.remote())
+    os.kill(old_pid, signal.SIGKILL)
+    wait_for(lambda: ray.get(coordinator.ping.remote(), timeout=5) != old_pid, timeout_s=60)
+    assert consumer.committed(TopicPartition(topic, 0)) == 100, "the restarted coordinator replayed the commit"
+    producer.send_batch(topic, [b"more-%d" % i for i in range(10)], partition=0).wait(timeout=30)
+    assert [r.value for r in consume_all(consumer, 10)] == [b"more-%d" % i for i in range(10)], "the group resumed"
+    other = cluster.consumer(group_id=group, auto_offset_reset="earliest", **MEMBER)
+    other.subscribe([topic])
+    wait_for(lambda: consumer.poll(timeout_ms=100) is not None and consumer._group.member_epoch > stale_epoch
+             and other.poll(timeout_ms=100) is not None and other.assignment(), timeout_s=30)
+    with pytest.raises(StaleMemberEpochError):
+        ray.get(coordinator.commit_offsets.remote(group, consumer._group.member_id, stale_epoch,
+                                                  [[topic, 0, 5, ""]]))
+    consumer.commit()
+    other.close()
+    consumer.close()
+    producer.close()
+
+
+def test_a_commit_for_a_partition_the_member_does_not_own_is_refused(cluster):
+    topic, group = new_group_topic(cluster, partitions=2)
+    a = cluster.consumer(group_id=group, auto_offset_reset="earliest", **MEMBER)
+    b = cluster.consumer(group_id=group, auto_offset_reset="earliest", **MEMBER)
+    a.subscribe([topic])
+    b.subscribe([topic])
+    wait_for(lambda: a.poll(timeout_ms=100) is not None and b.poll(timeout_ms=100) is not None
+             and len(a.assignment()) == 1 and len(b.assignment()) == 1, timeout_s=30)
+    (theirs,) = b.assignment()
+    with pytest.raises(CommitFailedError, match=f"{theirs.topic}.*{theirs.partition}|not own|own"):
+        a.commit({theirs: OffsetAndMetadata(1, "")})
+    a.close()
+    b.close()
+
+
+def test_two_groups_each_get_every_record_and_a_manual_consumer_changes_nothing(cluster):
+    topic, group = new_group_topic(cluster, partitions=3)
+    producer = cluster.producer()
+    producer.send_batch(topic, [b"%d" % i for i in range(300)], keys=[b"%d" % (i % 7) for i in range(300)])
+    producer.flush(timeout=30)
+    first = cluster.consumer(group_id=group, auto_offset_reset="earliest", **MEMBER)
+    second = cluster.consumer(group_id=group + "-2", auto_offset_reset="earliest", **MEMBER)
+    manual = cluster.consumer(group_id=group, auto_offset_reset="earliest")
+    manual.assign([TopicPartition(topic, 0)])
+    first.subscribe([topic])
+    second.subscribe([topic])
+    assert len(consume_all(manual, 100)) >= 1
+    assert sorted(int(r.value) for r in consume_all(first, 300)) == list(range(300))
+    assert sorted(int(r.value) for r in consume_all(second, 300)) == list(range(300))
+    assert first.assignment() == {TopicPartition(topic, p) for p in range(3)}
+    with pytest.raises(CommitFailedError):
+        manual.commit()  # the group has a member: a consumer outside it may not commit
+    with pytest.raises(raylog.IllegalStateError):
+        manual.subscribe([topic])
+    with pytest.raises(raylog.IllegalStateError):
+        first.assign([TopicPartition(topic, 0)])
+    for c in (first, second, manual):
+        c.close()
+    producer.close()
+
+
+def test_admin_lists_describes_shows_lag_resets_and_deletes_groups(cluster, capsys):
+    from raylog import cli
+
+    admin = cluster.admin()
+    topic, group = new_group_topic(cluster, partitions=2)
+    producer = cluster.producer()
+    producer.send_batch(topic, [b"x"] * 50, partition=0).wait(timeout=30)
+    producer.send_batch(topic, [b"y"] * 30, partition=1).wait(timeout=30)
+    consumer = cluster.consumer(group_id=group, auto_offset_reset="earliest", enable_auto_commit=False, **MEMBER)
+    consumer.subscribe([topic])
+    consume_all(consumer, 80)
+    consumer.commit({TopicPartition(topic, 0): OffsetAndMetadata(40, "note"), TopicPartition(topic, 1): 30})
+    assert any(g["group_id"] == group and g["member_count"] == 1 for g in admin.list_consumer_groups())
+    (described,) = admin.describe_consumer_groups([group])
+    member = described["members"][0]
+    assert described["state"] == "stable" and member["member_epoch"] >= 1
+    assert member["client_host"] == ray.get_runtime_context().get_node_id() and "pid" in member["client_id"]
+    lag = admin.consumer_group_lag(group)
+    assert {(r["partition"], r["committed"], r["end_offset"], r["lag"]) for r in lag["partitions"]} == \
+        {(0, 40, 50, 10), (1, 30, 30, 0)}
+    assert lag["members"] == [{"member_id": member["member_id"], "lag": 10}] and lag["total_lag"] == 10
+    assert admin.list_consumer_group_offsets(group)[TopicPartition(topic, 0)] == OffsetAndMetadata(40, "note")
+    with pytest.raises(NonEmptyGroupError):
+        admin.reset_consumer_group_offsets(group, [topic], to="earliest")
+    assert cli.main(["groups", "offsets", group]) == 0
+    out = capsys.readouterr().out
+    assert "LAG" in out and "total lag 10" in out
+    consumer.close()
+    assert admin.reset_consumer_group_offsets(group, [topic], shift_by=-15) == \
+        {TopicPartition(topic, 0): 25, TopicPartition(topic, 1): 15}
+    assert admin.reset_consumer_group_offsets(group, [topic], to="latest") == \
+        {TopicPartition(topic, 0): 50, TopicPartition(topic, 1): 30}
+    assert cli.main(["groups", "reset", group, "--topic", topic, "--to-earliest"]) == 0
+    assert admin.list_consumer_group_offsets(group)[TopicPartition(topic, 1)].offset == 0
+    assert cli.main(["groups", "describe", group]) == 0 and cli.main(["groups", "list"]) == 0
+    capsys.readouterr()
+    assert cli.main(["groups", "delete", group]) == 0
+    assert group not in [g["group_id"] for g in admin.list_consumer_groups()]
+    producer.close()
