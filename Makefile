@@ -32,6 +32,7 @@ bench: $(STAMP)
 	$(PY) -m bench.storage_bench
 	$(PY) -m bench.client_bench
 	$(PY) -m bench.replication_bench
+	$(PY) -m bench.groups_bench
 
 lock: $(STAMP)
 	{ echo "# Exact versions installed by 'make' (pip -c). Regenerate with 'make lock' after changing pyproject.toml."; \

@@ -335,3 +335,89 @@ def test_admin_lists_describes_shows_lag_resets_and_deletes_groups(cluster, caps
     assert cli.main(["groups", "delete", group]) == 0
     assert group not in [g["group_id"] for g in admin.list_consumer_groups()]
     producer.close()
+
+
+class Recorder(raylog.ConsumerRebalanceListener):
+    def __init__(self):
+        self.events = []
+
+    def on_partitions_assigned(self, assigned):
+        self.events.append(("assigned", sorted(tp.partition for tp in assigned)))
+
+    def on_partitions_revoked(self, revoked):
+        self.events.append(("revoked", sorted(tp.partition for tp in revoked)))
+
+    def on_partitions_lost(self, lost):
+        self.events.append(("lost", sorted(tp.partition for tp in lost)))
+
+
+def poll_until(consumers, predicate, timeout_s=30):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for c in consumers:
+            c.poll(timeout_ms=50)
+        if predicate():
+            return
+    raise AssertionError("condition not met while polling")
+
+
+def test_listener_callbacks_follow_a_join_and_a_leave(cluster):
+    topic, group = new_group_topic(cluster, partitions=4)
+    first_events, second_events = Recorder(), Recorder()
+    first = cluster.consumer(group_id=group, **MEMBER)
+    first.subscribe([topic], listener=first_events)
+    poll_until([first], lambda: len(first.assignment()) == 4)
+    assert first_events.events == [("assigned", [0, 1, 2, 3])]
+    second = cluster.consumer(group_id=group, **MEMBER)
+    second.subscribe([topic], listener=second_events)
+    poll_until([first, second], lambda: len(first.assignment()) == 2 and len(second.assignment()) == 2)
+    revoked = [e for e in first_events.events if e[0] == "revoked"]
+    assert len(revoked) == 1 and len(revoked[0][1]) == 2, "the first member gave up exactly what moved"
+    assert second_events.events == [("assigned", sorted(tp.partition for tp in second.assignment()))]
+    second.close()
+    poll_until([first], lambda: len(first.assignment()) == 4)
+    assert first_events.events[-1][0] == "assigned"
+    first.close()
+
+
+def test_a_member_that_stops_polling_leaves_and_rejoins_at_its_next_poll(cluster):
+    topic, group = new_group_topic(cluster, partitions=2)
+    slow_events = Recorder()
+    slow = cluster.consumer(group_id=group, **{**MEMBER, "max_poll_interval_ms": 2000})
+    slow.subscribe([topic], listener=slow_events)
+    busy = cluster.consumer(group_id=group, **MEMBER)
+    busy.subscribe([topic])
+    poll_until([slow, busy], lambda: len(slow.assignment()) == 1 and len(busy.assignment()) == 1)
+    mine = slow.assignment()
+    poll_until([busy], lambda: len(busy.assignment()) == 2, timeout_s=15)  # slow stops polling
+    slow.poll(timeout_ms=50)
+    assert ("lost", sorted(tp.partition for tp in mine)) in slow_events.events
+    poll_until([slow, busy], lambda: len(slow.assignment()) == 1 and len(busy.assignment()) == 1)
+    slow.close()
+    busy.close()
+
+
+def test_a_pattern_subscription_picks_up_a_topic_created_later(cluster):
+    prefix = f"pat-{uuid.uuid4().hex[:6]}"
+    cluster.admin().create_topic(f"{prefix}-a", 1)
+    consumer = cluster.consumer(group_id=prefix, auto_offset_reset="earliest", **MEMBER)
+    consumer.subscribe(pattern=f"{prefix}-.*")
+    poll_until([consumer], lambda: consumer.assignment() == {TopicPartition(f"{prefix}-a", 0)})
+    cluster.admin().create_topic(f"{prefix}-b", 2)
+    poll_until([consumer], lambda: len(consumer.assignment()) == 3)
+    assert consumer.subscription() == {f"{prefix}-.*"}
+    consumer.close()
+
+
+@pytest.mark.parametrize("bad", [{"topics": []}, {"topics": ["a"], "pattern": "a.*"}, {"pattern": "(unclosed"}])
+def test_bad_subscriptions_are_refused(cluster, bad):
+    consumer = cluster.consumer(group_id="g-bad")
+    with pytest.raises(raylog.errors.InvalidConfigError):
+        consumer.subscribe(**bad)
+    consumer.close()
+
+
+def test_subscribe_needs_a_group_id(cluster):
+    consumer = cluster.consumer()
+    with pytest.raises(raylog.IllegalStateError, match="group_id"):
+        consumer.subscribe(["t"])
