@@ -135,9 +135,13 @@ class ReplicaState:
             if r == self.replica_id:
                 continue
             end = self.follower_end.get(r, -1)
-            if r not in isr and end >= self.high_watermark and end >= self.epoch_start_offset and end >= 0:
+            lagging = now - self.caught_up_ms.get(r, now) > lag_time_max_ms
+            # Joining needs a recent catch-up too: a follower that stopped fetching while nothing was
+            # written still sits at the high watermark, and must not flap back in on every check.
+            if r not in isr and not lagging and end >= self.high_watermark and end >= self.epoch_start_offset \
+                    and end >= 0:
                 isr.add(r)
-            elif r in isr and now - self.caught_up_ms.get(r, now) > lag_time_max_ms:
+            elif r in isr and lagging:
                 isr.discard(r)
         isr.add(self.replica_id)
         return frozenset(isr) if isr != set(self.isr) else None

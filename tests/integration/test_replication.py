@@ -259,8 +259,8 @@ def test_with_no_in_sync_replica_alive_the_partition_stays_offline_unless_unclea
     admin = sim.cluster.admin()
     safe = new_topic(sim, rf=2)
     unclean = new_topic(sim, rf=2, unclean_leader_election_enable=True)
-    producer = sim.cluster.producer(acks=1, retries=2, retry_backoff_ms=50, delivery_timeout_ms=3000,
-                                    request_timeout_ms=2000)
+    producer = sim.cluster.producer(acks=1, retries=2, retry_backoff_ms=50, delivery_timeout_ms=10_000,
+                                    request_timeout_ms=3000)
     for topic in (safe, unclean):
         producer.send(topic, b"before").get(timeout=30)
     # Put both partitions on the same two nodes, led from the same one, so one node loss hits both alike.
@@ -289,6 +289,8 @@ def test_with_no_in_sync_replica_alive_the_partition_stays_offline_unless_unclea
     info = admin.describe_partitions(safe)[0]
     assert info["offline"] and info["leader"] == -1, "the out-of-sync follower is never elected silently"
     wait_for(lambda: not admin.describe_partitions(unclean)[0]["offline"], timeout_s=30)
-    assert producer.send(unclean, b"after unclean election").get(timeout=30).offset >= 0
     producer.close()
+    after = sim.cluster.producer(acks=1)
+    assert after.send(unclean, b"after unclean election").get(timeout=60).offset >= 0
+    after.close()
     sim.add()

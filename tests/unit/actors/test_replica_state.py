@@ -113,3 +113,23 @@ def test_newer_states_win_and_older_ones_are_ignored():
     assert state.role == NONE
     state.become_leader(3, 0, (0,), (0,))
     assert state.role == LEADER and state.epoch_start_offset == state.log_end_offset
+
+
+def test_a_follower_that_stopped_fetching_at_the_high_watermark_does_not_flap_back_into_the_isr():
+    """Regression: with nothing written, a stopped follower's last fetch offset equals the high
+    watermark; the lag check dropped it, the next check added it back, and so on."""
+    clock = FakeClock()
+    state = leader(clock)
+    state.on_leader_append(10)
+    for r in (1, 2):
+        state.on_follower_fetch(r, 10)
+    clock.advance(31_000)
+    state.on_follower_fetch(1, 10)
+    isr = state.isr_to_propose(30_000)
+    assert isr == {0, 1}
+    state.propose(isr)
+    state.on_isr_committed(isr, 1)
+    clock.advance(1_000)
+    assert state.isr_to_propose(30_000) is None, "2 has not fetched: it stays out"
+    state.on_follower_fetch(2, 10)
+    assert state.isr_to_propose(30_000) == {0, 1, 2}, "a fresh fetch at the high watermark brings it back"
