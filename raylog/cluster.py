@@ -98,6 +98,14 @@ def _controller(config: ClusterConfig):
     ).remote(asdict(config))
 
 
+def attached(namespace: str) -> Cluster:
+    """The Cluster of ``namespace`` for code running inside Ray (a task, a Spark worker that has
+    joined Ray): the last connect() of this process if it is that namespace's, else a new one."""
+    if _default is not None and _default.config.namespace == namespace and ray.is_initialized():
+        return _default
+    return connect(namespace=namespace)
+
+
 def default_cluster() -> Cluster:
     """The Cluster of the last connect() in this process, connecting with defaults if there is none."""
     return _default if _default is not None and ray.is_initialized() else connect()

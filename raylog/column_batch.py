@@ -147,20 +147,10 @@ class ColumnBatch:
 
     def to_arrow(self, include_headers: bool = False) -> "pa.RecordBatch":
         """The records as an Arrow record batch with Spark's Kafka source columns (key, value,
-        topic, partition, offset, timestamp, timestampType[, headers])."""
-        import pyarrow as pa
+        topic, partition, offset, timestamp, timestampType[, headers]); see raylog.arrow_records."""
+        from raylog.arrow_records import spark_schema, to_spark_arrow
 
-        from raylog.arrow_schema import KAFKA_SCHEMA, KAFKA_SCHEMA_WITH_HEADERS, headers_array
-
-        n = len(self)
-        columns = [self.keys, self.values, pa.array(np.full(n, self.topic, dtype=object), pa.string()),
-                   pa.array(np.full(n, self.partition, dtype=np.int32)), pa.array(self.offsets),
-                   pa.array(self.timestamps.astype("datetime64[ms]")),
-                   pa.array(np.full(n, self.timestamp_type, dtype=np.int32))]
-        if include_headers:
-            columns.append(headers_array(self.headers, n))
-            return pa.RecordBatch.from_arrays(columns, schema=KAFKA_SCHEMA_WITH_HEADERS)
-        return pa.RecordBatch.from_arrays(columns, schema=KAFKA_SCHEMA)
+        return to_spark_arrow(self, spark_schema(include_headers))
 
 
 def decode(topic: str, partition: int, buf, start_offset: int, check_crcs: bool = True) -> tuple[list[ColumnBatch], int]:

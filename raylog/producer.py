@@ -57,6 +57,27 @@ def _check_headers(headers) -> list | None:
     return out
 
 
+def _pinned(topic: str, num_partitions: int, partition, count: int) -> list[int]:
+    """send_batch's ``partition`` as one partition per record, -1 where the partitioner chooses."""
+    if isinstance(partition, (int, np.integer)) and not isinstance(partition, bool):
+        given = [int(partition)]
+        parts = given * count
+    else:
+        try:
+            items = list(partition)
+        except TypeError:
+            raise InvalidPartitionError(f"partition must be an int or a sequence of ints and Nones, got "
+                                        f"{type(partition).__name__}") from None
+        if len(items) != count:
+            raise InvalidRecordError(f"{len(items)} partitions for {count} values")
+        given = [p for p in items if p is not None]
+        parts = [-1 if p is None else p for p in items]
+    for p in given:
+        if not isinstance(p, (int, np.integer)) or isinstance(p, bool) or not 0 <= p < num_partitions:
+            raise InvalidPartitionError(f"topic {topic!r} has partitions 0..{num_partitions - 1}, not {p!r}")
+    return parts
+
+
 def _check_timestamp(ts) -> int:
     if not isinstance(ts, (int, np.integer)) or isinstance(ts, bool) or ts < 0:
         raise InvalidRecordError(f"timestamp_ms must be a non-negative int, got {ts!r}")
@@ -135,10 +156,11 @@ class Producer:
         return _to_bytes(value, "value")
 
     def send_batch(self, topic: str, values: Sequence, keys: Sequence | None = None,
-                   headers: Sequence | None = None, partition: int | None = None,
+                   headers: Sequence | None = None, partition: int | Sequence[int | None] | None = None,
                    timestamps_ms: Sequence[int] | int | None = None) -> FutureBatchMetadata:
         """Queue many records at once: keyed records go to murmur2(key) partitions, unkeyed ones are
-        cut into batch_size runs spread over the partitions; ``partition`` pins them all.
+        cut into batch_size runs spread over the partitions; ``partition`` pins them all, or, as a
+        sequence, each record (None: partitioned as if not given).
 
         Returns one future for all of them. Everything is validated before anything is queued, and
         either every record is queued or (KafkaTimeoutError after max_block_ms) none is.
@@ -184,12 +206,7 @@ class Producer:
             raise RecordTooLargeError(f"record {int(sizes.argmax())} of {biggest} bytes is larger than "
                                       f"max_request_size ({self._max_request_size} bytes)")
         info = self._acc.topic_info(topic)
-        partitions = None
-        if partition is not None:
-            if type(partition) is not int or not 0 <= partition < info.num_partitions:
-                raise InvalidPartitionError(
-                    f"topic {topic!r} has partitions 0..{info.num_partitions - 1}, not {partition!r}")
-            partitions = [partition] * count
+        partitions = None if partition is None else _pinned(topic, info.num_partitions, partition, count)
         result = self._acc.append_stage(topic, info, keys if keys is not None else [None] * count, values,
                                         timestamps, headers, partitions, int(sizes.sum()), keyed=keys is not None)
         return FutureBatchMetadata(result)

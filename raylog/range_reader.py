@@ -1,0 +1,109 @@
+"""Bounded reads: offset ranges planned against the cluster, each read completely from its leader.
+
+``plan_read`` runs where a job is planned (Spark's driver, Ray Data's planner): it resolves a
+``ReadSpec`` (raylog.ranges) into partitions and offsets with one round of ``list_offsets``
+calls to the partition leaders, then cuts ``OffsetRange``s. ``read_range`` runs in a task
+(a Spark task's Python worker, a Ray Data read task): MB-sized ``fetch`` calls from the
+range's start, decoded column by column (``column_batch.decode``), clipped to the range's end,
+following the leader through elections. Ranges end at most at the high watermark, so a read
+returns only records every in-sync replica has.
+
+A range is read *completely* or not at all: if its records cannot all be read before
+``timeout_s`` (the leader stays away, or retention removed records meanwhile and
+``fail_on_data_loss`` is on), it raises instead of returning part of it, unlike Ray Data's
+read_kafka, which returns what it got with a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Iterator
+
+import numpy as np
+
+from raylog import column_batch, ray_calls
+from raylog.column_batch import ColumnBatch
+from raylog.errors import KafkaTimeoutError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from raylog.ranges import OffsetRange, ReadSpec, plan
+from raylog.records import TopicPartition
+
+log = logging.getLogger(__name__)
+
+FETCH_BYTES = 8 * 1024 * 1024
+FETCH_WAIT_MS = 500
+RETRY_BACKOFF_S = 0.2
+
+
+def plan_read(cluster, spec: ReadSpec) -> tuple[list[OffsetRange], list[str]]:
+    """The ranges ``spec`` reads now, and warnings about records skipped (fail_on_data_loss off).
+    Raises UnknownTopicOrPartitionError for a subscribed or assigned topic or partition that
+    does not exist (a pattern matching nothing reads nothing)."""
+    admin = cluster.admin()
+    existing = admin.list_topics()
+    topics = spec.select_topics(existing)
+    partitions = []
+    for topic in topics:
+        if topic not in existing:
+            raise UnknownTopicOrPartitionError(f"cannot read topic {topic!r}: it does not exist")
+        count = cluster.metadata.partition_count(topic)
+        wanted = spec.assign[topic] if spec.assign is not None else range(count)
+        missing = [p for p in wanted if not 0 <= p < count]
+        if missing:
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} has partitions 0..{count - 1}, not {missing}")
+        partitions += [TopicPartition(topic, p) for p in wanted]
+    if not partitions:
+        return [], []
+    earliest = admin.beginning_offsets(partitions)
+    latest = admin.end_offsets(partitions)
+    stamps = spec.timestamps_needed(partitions)
+    starts = admin.list_offsets({tp: s for tp, (s, _) in stamps.items() if s is not None})
+    ends = admin.list_offsets({tp: e for tp, (_, e) in stamps.items() if e is not None})
+    by_timestamp = {tp: (getattr(starts.get(tp), "offset", None), getattr(ends.get(tp), "offset", None))
+                    for tp in stamps}
+    return plan(spec, partitions, earliest, latest, by_timestamp)
+
+
+def read_range(cluster, r: OffsetRange, timeout_s: float = 120.0, fail_on_data_loss: bool = True,
+               fetch_bytes: int = FETCH_BYTES) -> Iterator[ColumnBatch]:
+    """Every record of ``r`` (offsets ``from_offset``..``until_offset - 1``, the ones that exist:
+    compaction leaves gaps), in offset order."""
+    metadata = cluster.metadata
+    offset = r.from_offset
+    deadline = time.monotonic() + timeout_s
+    while offset < r.until_offset:
+        if time.monotonic() > deadline:
+            raise KafkaTimeoutError(f"{r.topic}-{r.partition}: read {offset - r.from_offset} of the range "
+                                    f"[{r.from_offset}, {r.until_offset}) within {timeout_s}s; not returning part of it")
+        try:
+            leader = metadata.leader(r.topic, r.partition)
+            response = ray_calls.get(leader.fetch.remote(offset, fetch_bytes, FETCH_WAIT_MS, 1),
+                                     FETCH_WAIT_MS / 1000 + 30)
+        except OffsetOutOfRangeError as exc:
+            if offset < exc.log_start_offset and not fail_on_data_loss:
+                log.warning("%s-%d: records %d..%d were removed while being read; skipping to %d "
+                            "(fail_on_data_loss=False)", r.topic, r.partition, offset, exc.log_start_offset - 1,
+                            exc.log_start_offset)
+                offset = exc.log_start_offset
+                continue
+            raise OffsetOutOfRangeError(
+                f"{r.topic}-{r.partition}: offset {offset} of the range [{r.from_offset}, {r.until_offset}) is gone "
+                f"(log start {exc.log_start_offset}, end {exc.log_end_offset}); set fail_on_data_loss=False to skip",
+                exc.log_start_offset, exc.log_end_offset) from None
+        except Exception as exc:  # noqa: BLE001 - a leader change or a restart: retry until the deadline
+            err = ray_calls.translate(exc)
+            if not getattr(err, "retriable", False):
+                raise err from None
+            metadata.invalidate(r.topic)
+            time.sleep(RETRY_BACKOFF_S)
+            continue
+        records = response[0]
+        if len(records) == 0:
+            continue  # the high watermark is behind the range end (a new leader catching up): wait
+        chunks, next_offset = column_batch.decode(r.topic, r.partition, records, offset)
+        for chunk in chunks:
+            if len(chunk) and chunk.offsets[-1] >= r.until_offset:
+                chunk = chunk.slice(0, int(np.searchsorted(chunk.offsets, r.until_offset)))
+            if len(chunk):
+                yield chunk
+        offset = next_offset

@@ -1,0 +1,149 @@
+"""Spark on the Ray cluster through RayDP, set up for raylog, and a stop that always returns.
+
+``session()`` starts Spark with ``raydp.init_spark`` (or reuses the one running) with what
+Spark's Python workers need to reach raylog's actors: the driver's interpreter
+(PYSPARK_PYTHON), the Ray address and namespace (they call ``raylog.connect`` from inside
+Spark tasks), loopback-only listeners (driver bind address and host 127.0.0.1, no UI), and
+the ``--add-opens`` flags Java 17 needs on the driver, the executors and RayDP's app master
+(without them the Spark <-> Ray Dataset hand-off fails with InaccessibleObjectException;
+measured and listed in DESIGN.md). Starting takes about 10 s here.
+
+``stop()`` waits a bounded time for ``raydp.stop_spark()`` (which once hung for minutes in
+py4j after a failed job), then kills what is left: RayDP's actors and the driver's JVM.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+
+import ray
+
+log = logging.getLogger(__name__)
+
+JAVA_17_OPENS = [
+    "java.lang", "java.lang.invoke", "java.lang.reflect", "java.io", "java.net", "java.nio", "java.nio.charset",
+    "java.util", "java.util.concurrent", "java.util.concurrent.atomic", "java.util.regex", "java.math", "java.text",
+    "java.time", "java.security", "sun.nio.ch", "sun.nio.cs", "sun.security.action", "sun.util.calendar",
+    "jdk.internal.misc", "jdk.internal.ref",
+]
+"""Packages java.base must open to unnamed modules for Spark 3.5 and RayDP on Java 17."""
+STOP_TIMEOUT_S = 60.0
+
+_current: "Session | None" = None
+
+
+class Session:
+    """Spark on Ray for raylog. Behaves as the SparkSession it wraps (``.spark``) and is a context
+    manager that stops Spark on exit; ``spark_bridge.read`` and friends take either."""
+
+    def __init__(self, spark, namespace: str):
+        self.spark = spark
+        self.namespace = namespace
+        self._stopped = False
+
+    def __getattr__(self, name: str):
+        return getattr(self.spark, name)
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """Stop Spark and RayDP's actors; returns within about ``timeout_s`` + a few seconds even if
+        RayDP hangs (its JVM and actors are then killed)."""
+        global _current
+        if self._stopped:
+            return
+        self._stopped = True
+        if _current is self:
+            _current = None
+        import raydp
+
+        stopper = threading.Thread(target=raydp.stop_spark, name="raylog-spark-stop", daemon=True)
+        stopper.start()
+        stopper.join(timeout_s)
+        if stopper.is_alive():
+            log.warning("raydp.stop_spark() did not return within %.0fs; killing Spark's JVM and RayDP's actors",
+                        timeout_s)
+            _force_stop(self.spark)
+
+
+def _force_stop(spark) -> None:
+    try:
+        gateway = spark.sparkContext._gateway
+        proc = getattr(gateway, "proc", None)
+        if proc is not None:
+            proc.kill()
+    except Exception:  # noqa: BLE001 - the JVM may be gone already
+        pass
+    try:
+        from ray.util.state import list_actors
+
+        for actor in list_actors(filters=[("state", "=", "ALIVE")], limit=10_000):
+            name = actor.name or ""
+            if "SPARK_MASTER" in name or "raydp" in actor.class_name.lower() or "RayDP" in actor.class_name:
+                ray.kill(ray.get_actor(name, namespace=actor.ray_namespace) if name else None, no_restart=True)
+    except Exception:  # noqa: BLE001 - best effort: the actors die with the job otherwise
+        pass
+    try:
+        from raydp import context as raydp_context
+
+        raydp_context._global_spark_context = None
+        raydp_context._reset_pyspark_singletons()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def session(app_name: str = "raylog", num_executors: int = 1, executor_cores: int = 1,
+            executor_memory: str = "1g", configs: dict | None = None, namespace: str = "raylog") -> Session:
+    """Spark on this Ray cluster (started here if this process has no Ray yet, as raylog.connect
+    does), reused if one is running. ``configs`` adds Spark settings."""
+    global _current
+    if _current is not None and not _current._stopped:
+        return _current
+    if not ray.is_initialized():
+        import raylog
+
+        raylog.connect(namespace=namespace)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    opens = " ".join(f"--add-opens=java.base/{p}=ALL-UNNAMED" for p in JAVA_17_OPENS)
+    address = ray_address()
+    settings = {
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.driver.host": "127.0.0.1",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.extraJavaOptions": opens,
+        "spark.executor.extraJavaOptions": opens,
+        "spark.ray.raydp_app_master.extraJavaOptions": opens,
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.execution.arrow.maxRecordsPerBatch": "50000",
+        "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
+        "spark.executorEnv.RAY_ADDRESS": address,
+        "spark.executorEnv.RAYLOG_NAMESPACE": namespace,
+        "spark.executorEnv.SPARK_LOCAL_IP": "127.0.0.1",
+        "spark.executorEnv.RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+        **(configs or {}),
+    }
+    import raydp
+
+    spark = raydp.init_spark(app_name, num_executors, executor_cores, executor_memory, configs=settings)
+    _current = Session(spark, namespace)
+    return _current
+
+
+def ray_address() -> str:
+    """The address Spark's Python workers join Ray at (this driver's cluster)."""
+    return ray.get_runtime_context().gcs_address
+
+
+def spark_of(spark_or_session):
+    """The pyspark SparkSession, from a Session or a SparkSession."""
+    return spark_or_session.spark if isinstance(spark_or_session, Session) else spark_or_session

@@ -1,0 +1,372 @@
+"""Spark through RayDP on a real local Ray, reading and writing raylog topics (issue 15).
+
+Spark starts once for the module (about 15 s): a RayDP app master and one executor on the
+same Ray as raylog's replicas; every read and write goes through the replicas' actors from
+Spark's Python workers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import time
+import uuid
+
+import pytest
+import ray
+
+import raylog
+import spark_bridge
+from raylog.errors import (IllegalStateError, InvalidConfigError, InvalidRecordError, OffsetOutOfRangeError,
+                           UnknownTopicOrPartitionError)
+from raylog.records import TopicPartition
+from tests.support.topics import consume_all, end_offsets, fresh_topic
+
+pytestmark = [pytest.mark.spark, pytest.mark.ray, pytest.mark.slow]
+
+NOW = int(time.time() * 1000)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = raylog.connect(data_root=str(tmp_path_factory.mktemp("spark")), num_cpus=2,
+                       object_store_memory=400 * 1024 * 1024, cluster_config={"offsets_topic_num_partitions": 1})
+    yield c
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def spark(cluster):
+    session = spark_bridge.session(app_name="raylog-tests")
+    try:
+        yield session
+    finally:
+        session.stop(timeout_s=60)
+
+
+def rows(df) -> list[tuple]:
+    """(partition, offset, key, value, timestamp us, timestampType, headers) of every row, sorted."""
+    cols = ["partition", "offset", "key", "value", "unix_micros(timestamp) AS ts", "timestampType"]
+    has_headers = "headers" in df.columns
+    out = []
+    for r in df.selectExpr(*cols, *(["headers"] if has_headers else [])).collect():
+        headers = [(h["key"], _bytes(h["value"])) for h in r["headers"]] if has_headers else None
+        out.append((r["partition"], r["offset"], _bytes(r["key"]), _bytes(r["value"]), r["ts"], r["timestampType"],
+                    headers))
+    return sorted(out, key=lambda t: (t[0], t[1]))
+
+
+def _bytes(b):
+    return None if b is None else bytes(b)
+
+
+def as_rows(records, with_headers: bool = True) -> list[tuple]:
+    """ConsumerRecords in the shape of rows()."""
+    return sorted(((r.partition, r.offset, r.key, r.value, r.timestamp * 1000, r.timestamp_type,
+                    [tuple(h) for h in r.headers] if with_headers else None) for r in records),
+                  key=lambda t: (t[0], t[1]))
+
+
+def read_everything(cluster, topic: str, expected: int) -> list:
+    consumer = cluster.consumer(topic, auto_offset_reset="earliest")
+    try:
+        records = consume_all(consumer, expected)
+    finally:
+        consumer.close()
+    assert len(records) == expected
+    return records
+
+
+def produce_numbered(cluster, topic: str, partitions: int, per_partition: int, step_ms: int = 10) -> None:
+    """Record i of partition p: key b"p:i", value b"v:p:i", timestamp NOW + i * step_ms."""
+    producer = cluster.producer()
+    for p in range(partitions):
+        producer.send_batch(topic, [b"v:%d:%d" % (p, i) for i in range(per_partition)],
+                            keys=[b"%d:%d" % (p, i) for i in range(per_partition)], partition=p,
+                            timestamps_ms=[NOW + i * step_ms for i in range(per_partition)])
+    producer.flush(30)
+    producer.close()
+
+
+def offsets_of(df) -> set[tuple[int, int]]:
+    return {(r["partition"], r["offset"]) for r in df.select("partition", "offset").collect()}
+
+
+# --- round trip ---------------------------------------------------------------------------------
+
+
+def test_a_100k_record_round_trip_keeps_keys_values_headers_timestamps_and_partitions(cluster, spark, seed):
+    rng = random.Random(seed)
+    n = 100_000
+    source, copy = fresh_topic(cluster, 4), fresh_topic(cluster, 4)
+    values = [rng.randbytes(rng.randint(0, 120)) for _ in range(n)]
+    keys = [None if i % 10 == 0 else b"key-%d" % rng.randrange(5000) for i in range(n)]
+    headers = [[("trace", b"%d" % i), ("src", b"")] if i % 3 == 0 else None for i in range(n)]
+    stamps = [NOW - rng.randrange(3_600_000) for _ in range(n)]
+    producer = cluster.producer(linger_ms=5)
+    producer.send_batch(source, values, keys=keys, headers=headers, timestamps_ms=stamps).get(60)
+    producer.close()
+    expected = as_rows(read_everything(cluster, source, n))
+
+    df = spark_bridge.read(spark, source, include_headers=True)
+    assert df.schema.simpleString() == ("struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"
+                                        "timestamp:timestamp,timestampType:int,"
+                                        "headers:array<struct<key:string,value:binary>>>")
+    assert rows(df) == expected
+
+    written = spark_bridge.write(df.select("key", "value", "headers", "partition", "timestamp"), topic=copy)
+    assert written == n
+    back = spark_bridge.read(spark, copy, include_headers=True)
+    assert rows(back) == expected
+    assert {r["topic"] for r in back.select("topic").distinct().collect()} == {copy}
+
+
+# --- options --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def numbered(cluster):
+    """3 partitions x 20 records; record i of each partition at NOW + 10 * i ms."""
+    topic = fresh_topic(cluster, 3)
+    produce_numbered(cluster, topic, 3, 20)
+    return topic
+
+
+def expect(**per_partition) -> set[tuple[int, int]]:
+    return {(int(p[1:]), o) for p, r in per_partition.items() for o in r}
+
+
+def test_json_offset_ranges_give_exactly_those_rows(spark, numbered):
+    t = numbered
+    df = spark_bridge.read(spark, t, starting_offsets=json.dumps({t: {"0": 5, "1": -2}}),
+                           ending_offsets=json.dumps({t: {"0": 12, "2": -1}}))
+    assert offsets_of(df) == expect(p0=range(5, 12), p1=range(20), p2=range(20))
+    # Spark's own camelCase names, and -1 for latest in the end JSON.
+    df = spark_bridge.read(spark, t, startingOffsets=json.dumps({t: {"2": 18}}),
+                           endingOffsets=json.dumps({t: {"0": 1, "1": 0, "2": -1}}))
+    assert offsets_of(df) == expect(p0=range(0, 1), p2=range(18, 20))
+
+
+def test_assign_and_subscribe_pattern_choose_partitions_and_topics(spark, numbered):
+    t = numbered
+    assert offsets_of(spark_bridge.read(spark, assign=json.dumps({t: [1]}))) == expect(p1=range(20))
+    pattern = spark_bridge.read(spark, subscribe_pattern=t.replace("-", "."))
+    assert {r["topic"] for r in pattern.select("topic").distinct().collect()} == {t}
+    with pytest.raises(UnknownTopicOrPartitionError, match="has partitions 0..2, not \\[7\\]"):
+        spark_bridge.read(spark, assign=json.dumps({t: [7]}))
+    with pytest.raises(UnknownTopicOrPartitionError, match="'no-such-topic': it does not exist"):
+        spark_bridge.read(spark, "no-such-topic")
+
+
+def test_timestamps_choose_the_first_record_at_or_after_them(spark, numbered):
+    t = numbered
+    df = spark_bridge.read(spark, t, starting_timestamp=NOW + 55, ending_timestamp=NOW + 150)
+    assert offsets_of(df) == expect(p0=range(6, 15), p1=range(6, 15), p2=range(6, 15))
+    df = spark_bridge.read(spark, t, starting_offsets_by_timestamp=json.dumps({t: {"1": NOW + 100}}),
+                           ending_offsets_by_timestamp=json.dumps({t: {"0": NOW + 30}}))
+    assert offsets_of(df) == expect(p0=range(0, 3), p1=range(10, 20), p2=range(20))
+    with pytest.raises(OffsetOutOfRangeError, match="no record at or after starting timestamp"):
+        spark_bridge.read(spark, t, starting_timestamp=NOW + 10**9)
+    late = spark_bridge.read(spark, t, starting_timestamp=NOW + 10**9, starting_offsets_by_timestamp_strategy="latest")
+    assert late.count() == 0
+
+
+def test_min_partitions_splits_ranges_over_more_tasks_with_the_same_rows(spark, numbered):
+    whole = spark_bridge.read(spark, numbered)
+    split = spark_bridge.read(spark, numbered, min_partitions=9)
+    assert whole.rdd.getNumPartitions() == 3
+    assert split.rdd.getNumPartitions() >= 9
+    assert rows(split) == rows(whole)
+    assert split.count() == 60
+
+
+def test_options_spark_refuses_are_refused(spark, numbered):
+    with pytest.raises(InvalidConfigError, match="'latest' is not allowed for a batch read"):
+        spark_bridge.read(spark, numbered, starting_offsets="latest")
+    with pytest.raises(InvalidConfigError, match="-2 \\(earliest\\) is not allowed"):
+        spark_bridge.read(spark, numbered, ending_offsets=json.dumps({numbered: {"0": -2}}))
+    with pytest.raises(InvalidConfigError, match="unknown read options: startingoffset"):
+        spark_bridge.read(spark, numbered, startingoffset="earliest")
+
+
+# --- the high watermark -----------------------------------------------------------------------------
+
+
+def test_a_read_while_a_producer_writes_returns_a_committed_prefix_fixed_at_planning(cluster, spark):
+    topic = fresh_topic(cluster, 2)
+    stop = threading.Event()
+
+    def write():
+        producer = cluster.producer(linger_ms=2)
+        i = 0
+        while not stop.is_set():
+            producer.send_batch(topic, [b"%d" % (i + j) for j in range(200)], keys=[b"k%d" % j for j in range(200)])
+            i += 200
+            time.sleep(0.01)
+        producer.close()
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    try:
+        time.sleep(2)
+        before = end_offsets(cluster, topic)
+        df = spark_bridge.read(spark, topic)
+        after = end_offsets(cluster, topic)
+        first = rows(df)
+        time.sleep(1)
+        again = rows(df)
+    finally:
+        stop.set()
+        writer.join(30)
+    assert first == again  # planned once: later writes do not appear in the same DataFrame
+    per_partition: dict[int, list[int]] = {}
+    for p, offset, *_ in first:
+        per_partition.setdefault(p, []).append(offset)
+    for p, offsets in per_partition.items():
+        tp = TopicPartition(topic, p)
+        assert offsets == list(range(len(offsets)))  # no gap, from the start
+        assert before[tp] <= len(offsets) <= after[tp]  # the high watermark at planning
+    final = as_rows(read_everything(cluster, topic, sum(end_offsets(cluster, topic).values())), with_headers=False)
+    prefix = [r for r in final if r[1] < len(per_partition.get(r[0], []))]
+    assert [r[:6] for r in first] == [r[:6] for r in prefix]
+
+
+# --- data loss ----------------------------------------------------------------------------------
+
+
+def test_fail_on_data_loss_errors_or_skips_ahead_when_the_start_was_deleted(cluster, spark, caplog):
+    topic = fresh_topic(cluster, 1)
+    produce_numbered(cluster, topic, 1, 100)
+    cluster.admin().delete_records({TopicPartition(topic, 0): 40})
+    start = json.dumps({topic: {"0": 10}})
+    with pytest.raises(OffsetOutOfRangeError, match=f"{topic}-0: starting offset 10 is below the log start offset 40"):
+        spark_bridge.read(spark, topic, starting_offsets=start)
+    with caplog.at_level(logging.WARNING, logger="spark_bridge.read"):
+        df = spark_bridge.read(spark, topic, starting_offsets=start, fail_on_data_loss=False)
+    assert offsets_of(df) == expect(p0=range(40, 100))
+    assert f"{topic}-0: records 10..39 are gone" in caplog.text
+
+
+def test_records_deleted_after_planning_fail_the_job_unless_told_to_skip(cluster, spark):
+    topic = fresh_topic(cluster, 1)
+    produce_numbered(cluster, topic, 1, 100)
+    strict = spark_bridge.read(spark, topic)
+    lenient = spark_bridge.read(spark, topic, fail_on_data_loss=False)
+    cluster.admin().delete_records({TopicPartition(topic, 0): 30})
+    with pytest.raises(Exception, match="offset 0 of the range \\[0, 100\\) is gone"):
+        strict.count()
+    assert offsets_of(lenient) == expect(p0=range(30, 100))
+
+
+# --- writes -------------------------------------------------------------------------------------
+
+
+def test_a_wrong_column_type_fails_naming_the_column_and_writes_nothing(cluster, spark):
+    topic = fresh_topic(cluster, 2)
+    bad_value = spark.createDataFrame([(1, b"k")], "value int, key binary")
+    with pytest.raises(InvalidRecordError, match="column 'value' must be binary or string, got int"):
+        spark_bridge.write(bad_value, topic=topic)
+    bad_key = spark.createDataFrame([(b"v", 1.5)], "value binary, key double")
+    with pytest.raises(InvalidRecordError, match="column 'key' must be binary or string, got double"):
+        spark_bridge.write(bad_key, topic=topic)
+    bad_partition = spark.createDataFrame([(b"v", "0")], "value binary, partition string")
+    with pytest.raises(InvalidRecordError, match="column 'partition' must be int, got string"):
+        spark_bridge.write(bad_partition, topic=topic)
+    with pytest.raises(InvalidRecordError, match="no 'value' column"):
+        spark_bridge.write(spark.createDataFrame([(b"k",)], "key binary"), topic=topic)
+    with pytest.raises(InvalidConfigError, match="acks"):
+        spark_bridge.write(spark.createDataFrame([(b"v",)], "value binary"), topic=topic, acks=7)
+    assert sum(end_offsets(cluster, topic).values()) == 0
+
+
+def test_topic_and_partition_columns_route_rows_and_a_topic_option_wins(cluster, spark):
+    a, b = fresh_topic(cluster, 3), fresh_topic(cluster, 3)
+    data = [(f"v{i}", a if i % 2 else b, i % 3) for i in range(60)]
+    df = spark.createDataFrame(data, "value string, topic string, partition int")
+    assert spark_bridge.write(df) == 60
+    got_a = rows(spark_bridge.read(spark, a))
+    assert sorted(r[3] for r in got_a) == sorted(f"v{i}".encode() for i in range(60) if i % 2)
+    assert all(int(r[3][1:]) % 3 == r[0] for r in got_a)
+    assert spark_bridge.write(df, topic=b) == 60  # the option wins over the column
+    assert spark_bridge.read(spark, b).count() == 30 + 60
+    with pytest.raises(UnknownTopicOrPartitionError):
+        spark_bridge.write(df, topic="no-such-topic")
+
+
+# --- streaming -------------------------------------------------------------------------------------
+
+
+def test_a_stream_redelivers_a_batch_whose_process_raised_and_loses_nothing(cluster, spark):
+    topic = fresh_topic(cluster, 3)
+    produce_numbered(cluster, topic, 3, 100)
+    group = f"stream-{uuid.uuid4().hex[:6]}"
+    seen: list[tuple[int, list]] = []
+    failed = []
+
+    def process(df, batch_id):
+        keys = [bytes(r["key"]) for r in df.select("key").collect()]
+        if batch_id == 1 and not failed:
+            failed.append(keys)
+            raise RuntimeError("the sink is down")
+        seen.append((batch_id, keys))
+
+    query = spark_bridge.stream(spark, topic, group, process, starting_offsets="earliest",
+                                max_offsets_per_trigger=100, trigger_interval_s=0.2, retry_backoff_s=0.1)
+    try:
+        deadline = time.monotonic() + 120
+        while sum(len(k) for _, k in seen) < 300 and time.monotonic() < deadline and query.is_active:
+            time.sleep(0.2)
+    finally:
+        query.stop(60)
+    query.await_termination(0)
+    batch_ids = [b for b, _ in seen]
+    assert batch_ids == list(range(len(seen))) and len(seen) >= 3
+    assert seen[1][1] == failed[0]  # the same records again, under the same batch id
+    delivered = [k for _, keys in seen for k in keys]
+    assert sorted(delivered) == sorted(b"%d:%d" % (p, i) for p in range(3) for i in range(100))
+    sizes = [len(k) for _, k in seen]
+    assert all(s <= 100 for s in sizes)
+    committed = cluster.admin().list_consumer_group_offsets(group)
+    assert {tp.partition: om.offset for tp, om in committed.items()} == {0: 100, 1: 100, 2: 100}
+    assert json.loads(committed[TopicPartition(topic, 0)].metadata) == {"batch_id": len(seen) - 1}
+
+
+def test_a_stream_restarted_after_a_crash_runs_the_planned_batch_again_then_continues(cluster, spark):
+    topic = fresh_topic(cluster, 2)
+    produce_numbered(cluster, topic, 2, 50)
+    group = f"stream-{uuid.uuid4().hex[:6]}"
+    first: list[tuple[int, set]] = []
+
+    def crashing(df, batch_id):
+        if batch_id == 2:
+            raise RuntimeError("crash")
+        first.append((batch_id, offsets_of(df)))
+
+    query = spark_bridge.stream(spark, topic, group, crashing, starting_offsets="earliest",
+                                max_offsets_per_trigger=30, trigger_interval_s=0.1, max_batch_retries=0)
+    with pytest.raises(RuntimeError, match="crash"):
+        query.await_termination(120)
+    assert [b for b, _ in first] == [0, 1]
+    member = cluster.consumer(group_id=group, enable_auto_commit=False)
+    member.subscribe([topic])
+    try:
+        member.poll(timeout_ms=3000)
+        with pytest.raises(IllegalStateError, match="active members"):
+            spark_bridge.stream(spark, topic, group, crashing)
+    finally:
+        member.close(autocommit=False)
+
+    second: list[tuple[int, set]] = []
+    query = spark_bridge.stream(spark, topic, group, lambda df, b: second.append((b, offsets_of(df))),
+                                trigger_interval_s=0.1)
+    try:
+        deadline = time.monotonic() + 120
+        while sum(len(o) for _, o in first + second) < 100 and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        query.stop(60)
+    assert second[0][0] == 2
+    everything = [o for _, offs in first + second for o in offs]
+    assert sorted(everything) == sorted((p, i) for p in range(2) for i in range(50))
