@@ -33,6 +33,7 @@ bench: $(STAMP)
 	$(PY) -m bench.client_bench
 	$(PY) -m bench.replication_bench
 	$(PY) -m bench.groups_bench
+	$(PY) -m bench.spark_bench
 
 lock: $(STAMP)
 	{ echo "# Exact versions installed by 'make' (pip -c). Regenerate with 'make lock' after changing pyproject.toml."; \

@@ -1,40 +1,134 @@
-"""make demo: a local Ray, a demo topic, a million 100-byte records produced and consumed back.
+"""make demo: the whole pipeline on a local Ray, with each step's throughput.
 
-Grows with the project (consumer groups and the Spark job through RayDP come in later issues).
+1. raylog starts on a local Ray (loopback only) and creates a 4-partition topic;
+2. a Spark job through RayDP writes a DataFrame of events into it (Spark's Python workers
+   send through the partition leaders' actors);
+3. a consumer group of two Ray actors reads every event, committing as it goes;
+4. a Spark read of the topic aggregates the events per key (a group-by, printed as a table);
+5. the group's lag and the partitions' offsets are printed from the admin API.
+
+    python -m bench.demo [--records 1000000]
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import tempfile
 import time
 
-RECORDS = 1_000_000
+TOPIC = "demo-events"
+GROUP = "demo-readers"
 PARTITIONS = 4
+USERS = 1000
+
+
+def member_class():
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class Reader:
+        """One member of the demo's consumer group: polls columns, counts, commits."""
+
+        def __init__(self, namespace: str):
+            import raylog
+
+            self.consumer = raylog.connect(namespace=namespace).consumer(
+                group_id=GROUP, auto_offset_reset="earliest", enable_auto_commit=False)
+            self.consumer.subscribe([TOPIC])
+
+        def read(self, stop_when_group_has: int, counter) -> int:
+            import ray as _ray
+
+            mine = 0
+            idle_since = time.monotonic()
+            while time.monotonic() - idle_since < 10:
+                chunks = self.consumer.poll_batch(timeout_ms=200)
+                got = sum(len(c) for c in chunks)
+                if got:
+                    mine += got
+                    self.consumer.commit_async()
+                    idle_since = time.monotonic()
+                    if _ray.get(counter.add.remote(got)) >= stop_when_group_has:
+                        break
+                elif _ray.get(counter.total.remote()) >= stop_when_group_has:
+                    break
+            self.consumer.close()
+            return mine
+
+    @ray.remote(num_cpus=0)
+    class Counter:
+        def __init__(self):
+            self.n = 0
+
+        def add(self, k: int) -> int:
+            self.n += k
+            return self.n
+
+        def total(self) -> int:
+            return self.n
+
+    return Reader, Counter
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    args = parser.parse_args()
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     import ray
 
     import raylog
-    from bench.client_bench import consume_columns, make_values, produce_batch
+    import spark_bridge
 
+    began = time.monotonic()
     data_root = tempfile.mkdtemp(prefix="raylog-demo-")
-    cluster = raylog.connect(data_root=data_root, num_cpus=2)
+    cluster = raylog.connect(data_root=data_root, num_cpus=2, cluster_config={"offsets_topic_num_partitions": 2})
     try:
-        topic = f"demo-{int(time.time())}"
-        cluster.admin().create_topic(topic, PARTITIONS)
-        print(f"created topic {topic!r} with {PARTITIONS} partitions under {data_root}")
-        values = make_values(RECORDS)
-        timed = produce_batch(cluster, topic, values)
-        print(f"produced {RECORDS:,} records of 100 bytes: {RECORDS / timed.wall:,.0f} records/s")
-        timed = consume_columns(cluster, topic, RECORDS)
-        print(f"consumed {RECORDS:,} records: {RECORDS / timed.wall:,.0f} records/s")
-        for info in cluster.admin().describe_partitions(topic):
-            print(f"  partition {info['partition']}: offsets [{info['log_start_offset']}, {info['log_end_offset']})"
-                  f" {info['size_bytes'] / 1e6:.1f} MB in {info['segments']} segment(s) on node {info['node_id'][:8]}")
+        admin = cluster.admin()
+        admin.create_topic(TOPIC, PARTITIONS)
+        print(f"raylog on a local Ray: topic {TOPIC!r} with {PARTITIONS} partitions under {data_root}")
+        with spark_bridge.session(app_name="raylog-demo") as spark:
+            print(f"Spark through RayDP up after {time.monotonic() - began:.0f}s")
+            spark.sparkContext.setLogLevel("ERROR")
+            events = spark.range(args.records).selectExpr(
+                f"cast(concat('user-', cast(id % {USERS} as string)) as binary) AS key",
+                # 100 bytes: the event number, then padding (Kafka's benchmarks use 100-byte records)
+                "cast(rpad(concat('event-', cast(id as string), ':'), 100, 'x') as binary) AS value")
+            t = time.monotonic()
+            written = spark_bridge.write(events, topic=TOPIC)
+            elapsed = time.monotonic() - t
+            print(f"1. Spark wrote {written:,} events of 100 bytes: {written / elapsed:,.0f} records/s "
+                  f"({elapsed:.1f}s, acks=all)")
+
+            Reader, Counter = member_class()
+            counter = Counter.remote()
+            readers = [Reader.remote(cluster.config.namespace) for _ in range(2)]
+            t = time.monotonic()
+            counts = ray.get([r.read.remote(written, counter) for r in readers])
+            elapsed = time.monotonic() - t
+            print(f"2. consumer group {GROUP!r} of {len(readers)} Ray actors read {sum(counts):,} events "
+                  f"({' + '.join(f'{c:,}' for c in counts)}): {sum(counts) / elapsed:,.0f} records/s")
+
+            t = time.monotonic()
+            per_user = (spark_bridge.read(spark, TOPIC).groupBy("key").count()
+                        .selectExpr("cast(key as string) AS user", "count AS events"))
+            top = per_user.orderBy("events", "user", ascending=[False, True]).limit(5).collect()
+            users = per_user.count()
+            elapsed = time.monotonic() - t
+            print(f"3. Spark read the topic and counted events per user: {written / elapsed:,.0f} records/s "
+                  f"({elapsed:.1f}s, {users:,} users); the top 5:")
+            print(f"     {'user':<12}{'events':>8}")
+            for row in top:
+                print(f"     {row['user']:<12}{row['events']:>8,}")
+
+        lag = admin.consumer_group_lag(GROUP)
+        print(f"4. group {GROUP!r}: total lag {lag['total_lag']} over {len(lag['partitions'])} partitions")
+        for info in admin.describe_partitions(TOPIC):
+            print(f"     partition {info['partition']}: offsets [{info['log_start_offset']}, "
+                  f"{info['log_end_offset']}) {info['size_bytes'] / 1e6:.1f} MB in {info['segments']} segment(s)")
+        print(f"demo done in {time.monotonic() - began:.0f}s")
     finally:
         ray.shutdown()
         shutil.rmtree(data_root, ignore_errors=True)

@@ -114,6 +114,94 @@ def to_ray_data_arrow(chunk) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=RAY_DATA_SCHEMA)
 
 
+class ArrowBinary:
+    """A pyarrow binary or string array as ``send_batch``'s keys or values: lengths, nulls and each
+    batch's payload column come from its buffers (the payload's layout is Arrow's), so sending
+    Arrow data makes no Python object per record. batch_builder.ListBinary is the list twin."""
+
+    __slots__ = ("array", "nulls")
+
+    def __init__(self, array, what: str = "value"):
+        from raylog.errors import InvalidRecordError
+
+        if isinstance(array, pa.ChunkedArray):
+            array = array.combine_chunks()
+        t = array.type
+        if pa.types.is_null(t):
+            array = pa.nulls(len(array), pa.binary())
+        elif pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_large_binary(t):
+            array = array.cast(pa.binary())
+        elif not pa.types.is_binary(t):
+            raise InvalidRecordError(f"{what}s must be a binary or string array, got {t}")
+        self.array = array
+        self.nulls = array.null_count
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    @staticmethod
+    def _offsets(array) -> np.ndarray:
+        return np.frombuffer(array.buffers()[1], dtype=np.int32, count=len(array) + 1, offset=array.offset * 4)
+
+    def present(self) -> np.ndarray:
+        if self.nulls == 0:
+            return np.ones(len(self.array), dtype=bool)
+        return self.array.is_valid().to_numpy(zero_copy_only=False)
+
+    def lengths(self) -> np.ndarray:
+        n = len(self.array)
+        if self.nulls == n:
+            return np.zeros(n, dtype=np.int64)
+        lengths = np.diff(self._offsets(self.array)).astype(np.int64)
+        if self.nulls:
+            lengths[~self.present()] = 0  # Arrow lets a null slot span bytes; the payload's do not
+        return lengths
+
+    def column(self, idx: np.ndarray, contiguous: bool, lengths: np.ndarray | None = None,
+               nulls: int | None = None):
+        """The entries at ``idx`` as a payload BinaryColumn over (a gathered copy of) the array's
+        buffers; ``lengths`` and ``nulls`` are ListBinary's arguments, not needed here."""
+        import pyarrow.compute as pc
+
+        from raylog.storage.payload import BinaryColumn
+
+        sub = self.array.slice(int(idx[0]), len(idx)) if contiguous else self.array.take(pa.array(idx))
+        n, null_count = len(sub), sub.null_count
+        if null_count == n:
+            return BinaryColumn.nulls(n)
+        validity = None
+        if null_count:
+            valid = sub.is_valid()
+            validity = memoryview(np.packbits(valid.to_numpy(zero_copy_only=False), bitorder="little").tobytes())
+            sub = pc.if_else(valid, sub, pa.scalar(b"", pa.binary()))  # the payload's null slots are empty
+        offsets = self._offsets(sub)
+        data = memoryview(sub.buffers()[2] or b"")[int(offsets[0]):int(offsets[-1])]
+        return BinaryColumn(n, (offsets - offsets[0]).astype(np.int32), data, validity, null_count)
+
+
+def coalesce(batches: Iterable, min_rows: int) -> Iterable:
+    """Arrow record batches (or tables) joined into ones of at least ``min_rows`` rows (the last
+    may be smaller): a fetch decodes into one small batch per producer batch, and Spark and
+    Ray Data pay per batch they receive."""
+    pending, rows = [], 0
+    for batch in batches:
+        pending.append(batch)
+        rows += batch.num_rows
+        if rows >= min_rows:
+            yield _joined(pending)
+            pending, rows = [], 0
+    if pending:
+        yield _joined(pending)
+
+
+def _joined(parts: list):
+    if len(parts) == 1:
+        return parts[0]
+    if isinstance(parts[0], pa.Table):
+        return pa.concat_tables(parts).combine_chunks()
+    return pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
+
+
 # --- Arrow into send_batch: Spark's Kafka sink columns ------------------------------------------
 
 _BYTES = "binary or string"
@@ -172,14 +260,6 @@ def check_sink_schema(schema: pa.Schema, topic_given: bool, shown: dict[str, str
     return columns
 
 
-def _bytes_list(array: pa.Array) -> list:
-    if pa.types.is_string(array.type):
-        array = array.cast(pa.binary())
-    elif pa.types.is_large_string(array.type):
-        array = array.cast(pa.large_binary())
-    return array.to_pylist()
-
-
 def _millis(stamps: pa.Array):
     from raylog.errors import InvalidRecordError
 
@@ -221,18 +301,18 @@ def send_all(producer, batches: Iterable[pa.RecordBatch | pa.Table], topic: str 
         sent += batch.num_rows
     producer.flush(timeout_s)
     for future in futures:
-        future.get(timeout_s)
+        future.wait(timeout_s)
     return sent
 
 
 def send_batch_args(batch: pa.RecordBatch | pa.Table) -> dict:
     """``Producer.send_batch`` keyword arguments for the rows of ``batch`` (columns as checked by
-    check_sink_schema; keys and values as bytes, the only per-record objects made)."""
+    check_sink_schema). Keys and values stay Arrow arrays, sent from their buffers."""
     names = batch.schema.names
     column = batch.column
-    args = {"values": _bytes_list(column("value"))}
+    args = {"values": column("value")}
     if "key" in names:
-        args["keys"] = _bytes_list(column("key"))
+        args["keys"] = column("key")
     if "headers" in names:
         args["headers"] = _header_list(column("headers"))
     if "partition" in names:

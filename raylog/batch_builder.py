@@ -19,6 +19,8 @@ One pass per stage, vectorized over its records:
 
 from __future__ import annotations
 
+from operator import itemgetter
+
 import numpy as np
 
 from raylog.accumulator import Stage
@@ -88,18 +90,49 @@ class ProducerBatch:
         """Set when the batch failed before it could be sent (a record too large once encoded)."""
 
 
-def _lengths(items, nulls: int) -> np.ndarray:
-    if nulls == len(items):
-        return np.zeros(len(items), dtype=np.int64)
-    if nulls:
-        return np.fromiter((0 if x is None else len(x) for x in items), dtype=np.int64, count=len(items))
-    return np.fromiter(map(len, items), dtype=np.int64, count=len(items))
+class ListBinary:
+    """Keys or values given as Python bytes (and None): what ``send`` appends and ``send_batch``
+    takes from lists. raylog.arrow_records.ArrowBinary is the same for pyarrow arrays."""
+
+    __slots__ = ("items", "nulls", "_lengths")
+
+    def __init__(self, items: list):
+        self.items = items
+        self.nulls = items.count(None)
+        self._lengths = None
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def lengths(self) -> np.ndarray:
+        """Byte length of each entry (0 for None), computed once."""
+        if self._lengths is None:
+            items, n = self.items, len(self.items)
+            if self.nulls == n:
+                self._lengths = np.zeros(n, dtype=np.int64)
+            elif self.nulls:
+                self._lengths = np.fromiter((0 if x is None else len(x) for x in items), dtype=np.int64, count=n)
+            else:
+                self._lengths = np.fromiter(map(len, items), dtype=np.int64, count=n)
+        return self._lengths
+
+    def present(self) -> np.ndarray:
+        return np.fromiter((x is not None for x in self.items), dtype=bool, count=len(self.items))
+
+    def column(self, idx: np.ndarray, contiguous: bool, lengths: np.ndarray, nulls: int | None) -> BinaryColumn:
+        """The entries at ``idx`` as a payload column (``lengths`` and ``nulls`` as from_pylist takes them)."""
+        return BinaryColumn.from_pylist(_take(self.items, idx, contiguous), lengths, nulls)
 
 
-def _take(items, idx: np.ndarray, contiguous: bool) -> list:
+def _take(items: list, idx: np.ndarray, contiguous: bool) -> list:
     if contiguous:
         return items[int(idx[0]):int(idx[-1]) + 1]
-    return [items[i] for i in idx.tolist()]
+    return list(itemgetter(*idx.tolist())(items)) if len(idx) > 1 else [items[int(idx[0])]]
+
+
+def binary_source(items):
+    """A stage's keys or values as ListBinary or ArrowBinary."""
+    return items if hasattr(items, "column") else ListBinary(items)
 
 
 class BatchBuilder:
@@ -118,21 +151,24 @@ class BatchBuilder:
         """The stage's records as encoded partition batches, in send order per partition; also
         tells the stage's result which partition each record went to."""
         n = len(stage.values)
-        keys, values = stage.keys, stage.values
-        value_nulls = values.count(None)
-        value_lengths = _lengths(values, value_nulls)
-        key_nulls = keys.count(None) if stage.keyed else n
-        key_lengths = _lengths(keys, key_nulls)
+        values = binary_source(stage.values)
+        value_nulls = values.nulls
+        value_lengths = values.lengths()
+        if stage.keyed:
+            keys = binary_source(stage.keys)
+            key_nulls, key_lengths = keys.nulls, keys.lengths()
+        else:
+            keys, key_nulls, key_lengths = None, n, np.zeros(n, dtype=np.int64)
         sizes = value_lengths + key_lengths + RECORD_OVERHEAD_BYTES
         if stage.headers is not None:
             sizes += np.fromiter((headers_size(h) if h else 0 for h in stage.headers), dtype=np.int64, count=n)
-        parts = self._partitions(stage, n, key_nulls, key_lengths, sizes)
+        parts = self._partitions(stage, keys, n, key_nulls, key_lengths, sizes)
         limit = self.hard_limit(stage)
         budget = max(1, (limit - BATCH_OVERHEAD_BYTES) * 255 // 256 - 64)
         target = min(self.config.batch_size, budget)
         timestamps = (np.full(n, stage.timestamps, dtype=np.int64) if isinstance(stage.timestamps, int)
                       else np.fromiter(stage.timestamps, dtype=np.int64, count=n))
-        columns = _Columns(stage, value_lengths, 0 if value_nulls == 0 else None,
+        columns = _Columns(stage, keys, values, value_lengths, 0 if value_nulls == 0 else None,
                            key_lengths, n if key_nulls == n else (0 if key_nulls == 0 else None), timestamps)
         batches: list[ProducerBatch] = []
         for p, idx, contiguous in _groups(parts):
@@ -146,20 +182,20 @@ class BatchBuilder:
         stage.result.set_batches(parts.tolist(), len(batches))
         return batches
 
-    def _partitions(self, stage: Stage, n: int, key_nulls: int, key_lengths: np.ndarray,
+    def _partitions(self, stage: Stage, keys, n: int, key_nulls: int, key_lengths: np.ndarray,
                     sizes: np.ndarray) -> np.ndarray:
         num = stage.info.num_partitions
-        keys = stage.keys
         parts = (np.asarray(stage.partitions, dtype=np.int64) if stage.partitions is not None
                  else np.full(n, -1, dtype=np.int64))
         if key_nulls < n:
             if key_nulls == 0 and stage.partitions is None:
-                parts = partitions_for_keys(keys, num, key_lengths)
+                every = np.arange(n)
+                parts = partitions_for_keys(keys.column(every, True, key_lengths, 0), num)
             else:
                 keyed = np.flatnonzero((parts == -1) & (key_lengths > 0)) if key_nulls == 0 else np.flatnonzero(
-                    (parts == -1) & np.fromiter((k is not None for k in keys), dtype=bool, count=n))
+                    (parts == -1) & keys.present())
                 if len(keyed):
-                    parts[keyed] = partitions_for_keys(_take(keys, keyed, False), num, key_lengths[keyed])
+                    parts[keyed] = partitions_for_keys(keys.column(keyed, False, key_lengths[keyed], 0), num)
         rest = np.flatnonzero(parts == -1)
         if len(rest):
             # Unkeyed records: runs of about batch_size bytes, sticky first, then round-robin.
@@ -176,13 +212,11 @@ class BatchBuilder:
         nbytes = int(sizes[idx].sum())
         batch = ProducerBatch(tp, stage.result, idx, None, nbytes, stage.created, self._order)
         keys = (BinaryColumn.nulls(len(idx)) if columns.key_nulls == len(stage.values)
-                else BinaryColumn.from_pylist(_take(stage.keys, idx, contiguous), columns.key_lengths[idx],
-                                              columns.key_nulls))
-        values = BinaryColumn.from_pylist(_take(stage.values, idx, contiguous), columns.value_lengths[idx],
-                                          columns.value_nulls)
+                else columns.keys.column(idx, contiguous, columns.key_lengths[idx], columns.key_nulls))
+        values = columns.values.column(idx, contiguous, columns.value_lengths[idx], columns.value_nulls)
         headers = None
         if stage.headers is not None:
-            headers = list(_take(stage.headers, idx, contiguous))
+            headers = _take(stage.headers, idx, contiguous)
         encoded = record_batch.build_columns(
             keys, values, columns.timestamps[idx], headers, self.config.compression_type,
             producer_id=self.producer_id, producer_epoch=0 if self.producer_id >= 0 else -1,
@@ -201,10 +235,12 @@ class BatchBuilder:
 class _Columns:
     """A stage's per-record lengths and timestamps, computed once for all its batches."""
 
-    __slots__ = ("stage", "value_lengths", "value_nulls", "key_lengths", "key_nulls", "timestamps")
+    __slots__ = ("stage", "keys", "values", "value_lengths", "value_nulls", "key_lengths", "key_nulls", "timestamps")
 
-    def __init__(self, stage, value_lengths, value_nulls, key_lengths, key_nulls, timestamps):
+    def __init__(self, stage, keys, values, value_lengths, value_nulls, key_lengths, key_nulls, timestamps):
         self.stage = stage
+        self.keys = keys
+        self.values = values
         self.value_lengths = value_lengths
         self.value_nulls = value_nulls
         """0 when no value is null (so no batch of the stage has a null value), else None: count."""

@@ -23,7 +23,7 @@ import ray
 from ray.data import Datasink, Datasource, ReadTask
 from ray.data.block import BlockMetadata
 
-from raylog.arrow_records import RAY_DATA_SCHEMA, check_sink_schema, send_all, to_ray_data_arrow
+from raylog.arrow_records import RAY_DATA_SCHEMA, check_sink_schema, coalesce, send_all, to_ray_data_arrow
 from raylog.cluster import attached, default_cluster
 from raylog.config import ProducerConfig, config_from_mapping
 from raylog.errors import InvalidConfigError
@@ -31,6 +31,9 @@ from raylog.range_reader import plan_read, read_range
 from raylog.ranges import OffsetRange, parse_options, split
 
 log = logging.getLogger(__name__)
+
+BLOCK_ROWS = 100_000
+"""Rows per block a read task yields (a fetch decodes into one small table per producer batch)."""
 
 MIN_RECORDS_PER_TASK = 100_000
 """Ranges are split for Ray Data's requested parallelism only down to this size: a read task
@@ -62,8 +65,8 @@ class TopicDatasource(Datasource):
         namespace, fail_on_data_loss, timeout_s = self._namespace, self._fail_on_data_loss, self._timeout_s
 
         def read() -> Iterable:
-            for chunk in read_range(attached(namespace), r, timeout_s, fail_on_data_loss):
-                yield to_ray_data_arrow(chunk)
+            chunks = read_range(attached(namespace), r, timeout_s, fail_on_data_loss)
+            yield from coalesce((to_ray_data_arrow(chunk) for chunk in chunks), BLOCK_ROWS)
 
         # num_rows stays unknown: compaction leaves gaps, so a range's size is only a bound.
         metadata = BlockMetadata(num_rows=None, size_bytes=None, input_files=[f"raylog://{r.topic}/{r.partition}"],

@@ -64,7 +64,17 @@ def murmur2_many(keys: Sequence[bytes], lengths: np.ndarray | None = None) -> np
         return np.fromiter(map(murmur2, keys), dtype=np.int32, count=n) if n else np.empty(0, np.int32)
     if lengths is None:
         lengths = np.fromiter(map(len, keys), dtype=np.int64, count=n)
-    joined = b"".join(keys) + b"\0\0\0\0"
+    return murmur2_joined(b"".join(keys), lengths)
+
+
+def murmur2_joined(joined, lengths: np.ndarray) -> np.ndarray:
+    """``murmur2_many`` of keys laid end to end in ``joined`` (Arrow's binary layout: a data
+    buffer and the keys' ``lengths``), with no Python object per key."""
+    n = len(lengths)
+    if n == 0:
+        return np.empty(0, np.int32)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    joined = bytes(joined) + b"\0\0\0\0"
     blob = np.frombuffer(joined, dtype=np.uint8)
     # The little-endian u32 starting at every byte of the blob (an unaligned strided view).
     word_at = np.ndarray(shape=(len(joined) - 3,), dtype="<u4", buffer=joined, strides=(1,))
@@ -104,9 +114,11 @@ def murmur2_many(keys: Sequence[bytes], lengths: np.ndarray | None = None) -> np
     return out.view(np.int32)
 
 
-def partitions_for_keys(keys: Sequence[bytes], num_partitions: int, lengths: np.ndarray | None = None) -> np.ndarray:
-    """``partition_for_key`` of each key, as int64."""
-    return (murmur2_many(keys, lengths).view(np.uint32) & 0x7FFFFFFF).astype(np.int64) % num_partitions
+def partitions_for_keys(keys, num_partitions: int, lengths: np.ndarray | None = None) -> np.ndarray:
+    """``partition_for_key`` of each key (bytes, or a BinaryColumn without nulls), as int64."""
+    hashes = murmur2_many(keys, lengths) if isinstance(keys, (list, tuple)) else murmur2_joined(
+        keys.data, keys.lengths())
+    return (hashes.view(np.uint32) & 0x7FFFFFFF).astype(np.int64) % num_partitions
 
 
 class StickyPartitioner:

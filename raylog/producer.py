@@ -19,7 +19,7 @@ import numpy as np
 
 from raylog import memory
 from raylog.accumulator import RecordAccumulator
-from raylog.batch_builder import RECORD_OVERHEAD_BYTES, headers_size
+from raylog.batch_builder import RECORD_OVERHEAD_BYTES, ListBinary, headers_size
 from raylog.config import ProducerConfig, config_from_mapping
 from raylog.errors import (
     IllegalStateError, InvalidPartitionError, InvalidRecordError, KafkaTimeoutError, RecordTooLargeError,
@@ -171,12 +171,15 @@ class Producer:
         if count == 0:
             raise InvalidRecordError("send_batch needs at least one record")
         values = self._column(values, self._value_serializer, "value")
+        sizes = values.lengths() + RECORD_OVERHEAD_BYTES
         if keys is not None:
             if len(keys) != count:
                 raise InvalidRecordError(f"{len(keys)} keys for {count} values")
             keys = self._column(keys, self._key_serializer, "key")
-            if keys.count(None) == count:
+            if keys.nulls == count:
                 keys = None
+            else:
+                sizes += keys.lengths()
         if headers is not None:
             if len(headers) != count:
                 raise InvalidRecordError(f"{len(headers)} header lists for {count} values")
@@ -194,11 +197,6 @@ class Producer:
             if stamps.dtype.kind not in "iu" or (stamps < 0).any():
                 raise InvalidRecordError("timestamps_ms must be non-negative ints")
             timestamps = stamps.astype(np.int64).tolist()
-        sizes = np.fromiter((0 if v is None else len(v) for v in values), dtype=np.int64, count=count) \
-            if None in values else np.fromiter(map(len, values), dtype=np.int64, count=count)
-        if keys is not None:
-            sizes += np.fromiter((0 if k is None else len(k) for k in keys), dtype=np.int64, count=count)
-        sizes += RECORD_OVERHEAD_BYTES
         if headers is not None:
             sizes += np.fromiter((headers_size(h) if h else 0 for h in headers), dtype=np.int64, count=count)
         biggest = int(sizes.max())
@@ -212,14 +210,23 @@ class Producer:
         return FutureBatchMetadata(result)
 
     @staticmethod
-    def _column(items: Sequence, serializer, what: str) -> list:
+    def _column(items, serializer, what: str):
+        """Keys or values as a ListBinary, or as an ArrowBinary when given as a pyarrow array
+        (sent from its buffers: no Python object per record)."""
+        if type(items).__module__.startswith("pyarrow"):
+            if serializer is not None:
+                raise InvalidRecordError(f"{what}_serializer applies to Python objects; {what}s given as a pyarrow "
+                                         "array are sent as they are")
+            from raylog.arrow_records import ArrowBinary
+
+            return ArrowBinary(items, what)
         if serializer is not None:
-            return [None if x is None else _to_bytes(serializer(x), what) for x in items]
+            return ListBinary([None if x is None else _to_bytes(serializer(x), what) for x in items])
         if not isinstance(items, list):
             items = list(items)
         if set(map(type, items)) <= _BYTES_OR_NONE:
-            return items
-        return [_to_bytes(x, what) for x in items]
+            return ListBinary(items)
+        return ListBinary([_to_bytes(x, what) for x in items])
 
     def flush(self, timeout: float | None = None) -> None:
         """Send every buffered record now and wait until each has its outcome and its callbacks

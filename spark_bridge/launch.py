@@ -64,7 +64,13 @@ class Session:
             _current = None
         import raydp
 
-        stopper = threading.Thread(target=raydp.stop_spark, name="raylog-spark-stop", daemon=True)
+        def stop_spark():
+            try:
+                raydp.stop_spark()
+            except Exception as exc:  # noqa: BLE001 - after a forced stop its JVM is gone
+                log.debug("raydp.stop_spark() failed: %r", exc)
+
+        stopper = threading.Thread(target=stop_spark, name="raylog-spark-stop", daemon=True)
         stopper.start()
         stopper.join(timeout_s)
         if stopper.is_alive():
@@ -74,29 +80,32 @@ class Session:
 
 
 def _force_stop(spark) -> None:
-    try:
-        gateway = spark.sparkContext._gateway
-        proc = getattr(gateway, "proc", None)
-        if proc is not None:
-            proc.kill()
-    except Exception:  # noqa: BLE001 - the JVM may be gone already
-        pass
-    try:
-        from ray.util.state import list_actors
+    """Kill the driver's JVM and RayDP's app master actor (its executors are Java actors it owns,
+    so Ray ends them with it), and forget the session so a new one can start."""
+    from raydp import context as raydp_context
 
-        for actor in list_actors(filters=[("state", "=", "ALIVE")], limit=10_000):
-            name = actor.name or ""
-            if "SPARK_MASTER" in name or "raydp" in actor.class_name.lower() or "RayDP" in actor.class_name:
-                ray.kill(ray.get_actor(name, namespace=actor.ray_namespace) if name else None, no_restart=True)
-    except Exception:  # noqa: BLE001 - best effort: the actors die with the job otherwise
-        pass
-    try:
-        from raydp import context as raydp_context
+    context = raydp_context._global_spark_context
+    cluster = getattr(context, "_spark_cluster", None)
+    master = getattr(cluster, "_spark_master_handle", None)
+    if master is not None:
+        try:
+            ray.kill(master, no_restart=True)
+        except Exception:  # noqa: BLE001 - already dead
+            pass
+    proc = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
+    if proc is not None:
+        proc.kill()
+    placement_group = getattr(context, "_placement_group", None)
+    if placement_group is not None:
+        ray.util.remove_placement_group(placement_group)
+    raydp_context._global_spark_context = None
+    raydp_context._reset_pyspark_singletons()
+    # pyspark keeps the dead gateway in class attributes; a new session needs a new JVM.
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
 
-        raydp_context._global_spark_context = None
-        raydp_context._reset_pyspark_singletons()
-    except Exception:  # noqa: BLE001
-        pass
+    SparkContext._gateway = SparkContext._jvm = SparkContext._active_spark_context = None
+    SparkSession._instantiatedSession = SparkSession._activeSession = None
 
 
 def session(app_name: str = "raylog", num_executors: int = 1, executor_cores: int = 1,

@@ -12,7 +12,7 @@ import ray
 
 import raylog
 from raylog.errors import (
-    InvalidPartitionError, InvalidTopicError, NoOffsetForPartitionError, OffsetOutOfRangeError,
+    InvalidPartitionError, InvalidRecordError, InvalidTopicError, NoOffsetForPartitionError, OffsetOutOfRangeError,
     RecordTooLargeError, TopicAlreadyExistsError, UnknownTopicOrPartitionError,
 )
 from raylog.records import TopicPartition
@@ -80,6 +80,42 @@ def test_send_batch_spreads_unkeyed_records_and_consumer_reads_columns(cluster):
             assert list(chunk.offsets) == sorted(chunk.offsets)
             got.extend(chunk.value_list())
     assert sorted(got) == values
+    producer.close()
+
+
+def test_send_batch_of_arrow_arrays_equals_the_same_lists_and_pins_partitions_per_record(cluster):
+    import pyarrow as pa
+
+    from raylog.partitioner import partition_for_key
+
+    listed, arrowed = fresh_topic(cluster, 3), fresh_topic(cluster, 3)
+    n = 3000
+    values = [None if i % 97 == 0 else b"value-%d" % i for i in range(n)]
+    keys = [None if i % 5 == 0 else b"key-%d" % (i % 40) for i in range(n)]
+    pinned = [None if i % 3 else i % 3 for i in range(n)]  # every third record pinned to partition 0
+    producer = cluster.producer()
+    producer.send_batch(listed, values, keys=keys, partition=pinned, timestamps_ms=1_700_000_000_000).get(30)
+    producer.send_batch(arrowed, pa.array(values, pa.binary()), keys=pa.array([k and k.decode() for k in keys]),
+                        partition=pinned, timestamps_ms=1_700_000_000_000).get(30)
+    by_topic = {}
+    for topic in (listed, arrowed):
+        consumer = cluster.consumer(topic, auto_offset_reset="earliest")
+        records = consume_all(consumer, n)
+        consumer.close()
+        by_topic[topic] = sorted((r.partition, r.offset, r.key, r.value) for r in records)
+    assert by_topic[listed] == by_topic[arrowed] and len(by_topic[listed]) == n
+    for p, _, key, value in by_topic[arrowed]:
+        i = int(value[6:]) if value else None
+        if i is not None and pinned[i] is not None:
+            assert p == 0
+        elif key is not None:
+            assert p == partition_for_key(key, 3)
+    with pytest.raises(InvalidPartitionError, match="has partitions 0..2, not 5"):
+        producer.send_batch(listed, values[:2], partition=[5, None])
+    with pytest.raises(InvalidRecordError, match="2 partitions for 3 values"):
+        producer.send_batch(listed, values[:3], partition=[0, 1])
+    with pytest.raises(InvalidRecordError, match="values must be a binary or string array, got int64"):
+        producer.send_batch(listed, pa.array([1, 2]))
     producer.close()
 
 

@@ -370,3 +370,34 @@ def test_a_stream_restarted_after_a_crash_runs_the_planned_batch_again_then_cont
     assert second[0][0] == 2
     everything = [o for _, offs in first + second for o in offs]
     assert sorted(everything) == sorted((p, i) for p in range(2) for i in range(50))
+
+
+# --- the session ------------------------------------------------------------------------------------
+
+
+def test_stop_returns_within_its_bound_by_force_and_a_new_session_starts(cluster, spark):
+    """Runs last: it ends the module's session the hard way (as when stop_spark hangs)."""
+    import raydp.spark.ray_cluster_master as master
+
+    topic = fresh_topic(cluster, 1)
+    produce_numbered(cluster, topic, 1, 10)
+    began = time.monotonic()
+    spark.stop(timeout_s=0)  # no wait: straight to killing the JVM and RayDP's app master
+    assert time.monotonic() - began < 10
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            ray.get_actor("raylog-tests" + master.RAYDP_SPARK_MASTER_SUFFIX)
+        except ValueError:
+            break
+        time.sleep(0.5)
+    else:
+        pytest.fail("RayDP's app master outlived a forced stop")
+    again = spark_bridge.session(app_name="raylog-tests-2")
+    try:
+        assert again is not spark
+        assert spark_bridge.read(again, topic).count() == 10
+    finally:
+        began = time.monotonic()
+        again.stop(timeout_s=60)
+        assert time.monotonic() - began < 70

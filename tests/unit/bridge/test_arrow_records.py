@@ -5,12 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from raylog.arrow_records import (RAY_DATA_SCHEMA, check_sink_schema, repeated_string, send_batch_args,
+from raylog.arrow_records import (RAY_DATA_SCHEMA, ArrowBinary, check_sink_schema, repeated_string, send_batch_args,
                                   spark_schema, to_ray_data_arrow, to_spark_arrow)
 from raylog.column_batch import decode
+from raylog.batch_builder import ListBinary
 from raylog.errors import InvalidRecordError
 from raylog.storage import batch as rb
+from raylog.storage.payload import BinaryColumn
 
 TS = 1_700_000_000_000
 
@@ -107,8 +111,8 @@ def test_send_batch_args_from_spark_columns():
                  headers=pa.array([[{"key": "h", "value": b"1"}], None], spark_schema(True).field("headers").type),
                  timestamp=pa.array([TS * 1000 + 999, TS * 1000], pa.timestamp("us", tz="UTC")))
     args = send_batch_args(table)
-    assert args["values"] == [b"a", None]
-    assert args["keys"] == [b"k", None]
+    assert args["values"].to_pylist() == ["a", None]  # sent from the Arrow buffers
+    assert args["keys"].to_pylist() == [b"k", None]
     assert args["partition"] == [2, None]
     assert args["headers"] == [[("h", b"1")], None]
     assert np.asarray(args["timestamps_ms"]).tolist() == [TS, TS]
@@ -117,3 +121,41 @@ def test_send_batch_args_from_spark_columns():
 def test_send_batch_args_refuses_null_timestamps():
     with pytest.raises(InvalidRecordError, match="timestamp column has nulls"):
         send_batch_args(sink(value=pa.array([b"v"]), timestamp=pa.array([None], pa.int64())))
+
+
+entries = st.lists(st.one_of(st.none(), st.binary(max_size=20)), min_size=1, max_size=60)
+
+
+@given(entries, st.data())
+def test_arrow_and_list_sources_encode_the_same_batch(items, data):
+    """An Arrow array sent with send_batch gives the very bytes the same Python list would."""
+    arrow, listed = ArrowBinary(pa.array(items, pa.binary())), ListBinary(list(items))
+    assert arrow.nulls == listed.nulls
+    assert arrow.lengths().tolist() == listed.lengths().tolist()
+    assert arrow.present().tolist() == [x is not None for x in items]
+    contiguous = data.draw(st.booleans())
+    if contiguous:
+        a = data.draw(st.integers(0, len(items) - 1))
+        idx = np.arange(a, data.draw(st.integers(a + 1, len(items))))
+    else:
+        idx = np.array(sorted(data.draw(st.sets(st.integers(0, len(items) - 1), min_size=1))))
+    nulls = sum(items[i] is None for i in idx)
+    ours = arrow.column(idx, contiguous)
+    theirs = listed.column(idx, contiguous, listed.lengths()[idx], None)
+    assert ours.to_pylist() == theirs.to_pylist() == [items[i] for i in idx]
+    stamps = np.zeros(len(idx), dtype=np.int64)
+    if nulls < len(idx):
+        assert bytes(rb.build_columns(BinaryColumn.nulls(len(idx)), ours, stamps, None, "none")) == \
+            bytes(rb.build_columns(BinaryColumn.nulls(len(idx)), theirs, stamps, None, "none"))
+
+
+def test_arrow_sources_take_strings_sliced_and_chunked_arrays():
+    sliced = pa.array(["zero", "one", None, "three"]).slice(1, 3)
+    source = ArrowBinary(sliced)
+    assert source.lengths().tolist() == [3, 0, 5]
+    assert source.column(np.arange(3), True).to_pylist() == [b"one", None, b"three"]
+    chunked = pa.chunked_array([[b"a"], [b"bc", None]])
+    assert ArrowBinary(chunked).column(np.array([0, 2]), False).to_pylist() == [b"a", None]
+    assert ArrowBinary(pa.nulls(2)).nulls == 2
+    with pytest.raises(InvalidRecordError, match="values must be a binary or string array, got int64"):
+        ArrowBinary(pa.array([1, 2]))
