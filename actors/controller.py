@@ -45,7 +45,7 @@ from placement import nodes as placement_nodes
 from placement.policy import assign_replicas, check_replication_factor, replacement_node
 from raylog.config import ClusterConfig, TopicConfig
 from raylog.errors import (
-    InvalidReplicationFactorError, InvalidTopicError, KafkaTimeoutError, UnknownTopicOrPartitionError,
+    InvalidReplicationFactorError, InvalidTopicError, TopicCreationIncompleteError, UnknownTopicOrPartitionError,
 )
 from raylog.naming import INTERNAL_TOPICS, OFFSETS_TOPIC, coordinator_actor_name, replica_actor_name
 from raylog.protocol import PartitionInfo, ReplicaAssignment, TopicDescription
@@ -84,6 +84,8 @@ class Controller:
         self._started: asyncio.Task | None = None
         self._background: list[asyncio.Task] = []
         self._offsets_creation: asyncio.Lock | None = None
+        self._creating: dict[str, dict] = {}
+        """Topics whose replicas are still starting: replicas started, asked for, and missing."""
 
     # --- metadata log --------------------------------------------------------------------
 
@@ -196,7 +198,7 @@ class Controller:
                 return None
             options = placement_nodes.replica_actor_options(
                 replica["node_id"], name, self.namespace, self.config.replica_max_restarts)
-            handle = ray.remote(PartitionReplica).options(**options).remote(
+            handle = _replica_class().options(**options).remote(
                 topic.name, p, replica["replica_id"], replica["directory"], topic.config, topic.topic_id,
                 self.config.to_dict(), initial_state)
         self.handles[key] = handle
@@ -469,6 +471,19 @@ class Controller:
         await self._ensure_started()
         if name in INTERNAL_TOPICS and not internal:
             raise InvalidTopicError(f"topic name {name!r} is reserved for raylog's internal use")
+        existing = self.state.topics.get(name)
+        if existing is not None and name in self._creating and len(existing.partitions) == num_partitions \
+                and len(existing.partitions[0]["replicas"]) == replication_factor:
+            # A retry of a creation that stopped part-way: start what is missing (Kafka would say
+            # TopicAlreadyExists, but a topic with partitions that never started is not usable).
+            # Replicas whose actor died starting (a constructor that raised) are made again.
+            for p, part in enumerate(existing.partitions):
+                for r in part["replicas"]:
+                    key = self._key(existing, p, r["replica_id"])
+                    if key not in self.alive and key in self.handles:
+                        self._recreate_if_gone(key, existing, p)
+            await self._start_partitions(existing, range(num_partitions))
+            return self._describe(existing)
         await self._refresh_nodes()
         records, _ = self.state.create_topic(name, num_partitions, replication_factor, config or {},
                                              uuid.uuid4().hex, self._placement)
@@ -476,6 +491,17 @@ class Controller:
         topic = self.state.topic(name)
         await self._start_partitions(topic, range(num_partitions))
         return self._describe(topic)
+
+    async def creation_progress(self, name: str) -> dict:
+        """How far the creation (or growth) of a topic has got: replicas started of those asked for,
+        and the (partition, replica) pairs still missing; ``done`` once none is."""
+        await self._ensure_started()
+        progress = self._creating.get(name)
+        if progress is None:
+            self.state.topic(name)  # UnknownTopicOrPartitionError for a topic that does not exist
+            return {"started": 0, "total": 0, "missing": [], "done": True}
+        return {"started": progress["started"], "total": progress["total"],
+                "missing": sorted(progress["missing"]), "done": False}
 
     # --- consumer groups' coordinators ------------------------------------------------------------
 
@@ -534,8 +560,9 @@ class Controller:
 
     async def _start_partitions(self, topic: TopicState, partitions) -> None:
         """Start every replica of these partitions with its role, then wait for them: as long as
-        replicas keep coming up, however many there are; KafkaTimeoutError naming the ones missing
-        after request_timeout_ms without progress (the topic stays, and a describe shows them)."""
+        replicas keep coming up, however many there are. After request_timeout_ms without one
+        more replica up, TopicCreationIncompleteError names the missing ones; the topic stays,
+        ``creation_progress`` reports it, and creating it again with the same shape finishes it."""
         keys = []
         for p in partitions:
             part = topic.partitions[p]
@@ -545,19 +572,37 @@ class Controller:
             for r in part["replicas"]:
                 self._ensure_replica(topic, p, r, initial_state=view)
                 keys.append(self._key(topic, p, r["replica_id"]))
-        pending = {asyncio.ensure_future(self._attach(k)): k for k in keys if k in self.handles}
+        waiting = [k for k in keys if k not in self.alive]
+        progress = {"started": 0, "total": len(waiting), "missing": {(k[1], k[2]) for k in waiting}}
+        self._creating[topic.name] = progress
+        pending = {asyncio.ensure_future(self._attach(k)): k for k in waiting if k in self.handles}
+        failures = []
         window = self.config.request_timeout_ms / 1000
         while pending:
             done, _ = await asyncio.wait(list(pending), timeout=window, return_when=asyncio.FIRST_COMPLETED)
             if not done:
-                missing = sorted((k[1], k[2]) for k in pending.values())
-                raise KafkaTimeoutError(
-                    f"topic {topic.name!r}: {len(missing)} replicas (partition, replica) did not start within "
-                    f"{self.config.request_timeout_ms} ms of the last one that did: {missing[:10]}")
+                for fut in pending:
+                    fut.cancel()
+                missing = sorted(progress["missing"])
+                raise TopicCreationIncompleteError(
+                    f"topic {topic.name!r} is incomplete: {len(missing)} replicas (partition, replica) did not "
+                    f"start within {self.config.request_timeout_ms} ms of the last one that did: {missing[:10]}"
+                    f"{' ...' if len(missing) > 10 else ''}; create it again to finish it", missing)
             for fut in done:
                 key = pending.pop(fut)
                 if fut.exception() is None:
                     self._mark_alive(key)
+                    progress["started"] += 1
+                    progress["missing"].discard((key[1], key[2]))
+                else:
+                    failures.append(f"replica {key[2]} of partition {key[1]}: {fut.exception()}")
+        if progress["missing"]:
+            missing = sorted(progress["missing"])
+            raise TopicCreationIncompleteError(
+                f"topic {topic.name!r} is incomplete: {len(missing)} replicas (partition, replica) did not start: "
+                f"{missing[:10]}{' ...' if len(missing) > 10 else ''} ({'; '.join(failures[:3]) or 'no actor'}); "
+                "create it again to finish it", missing)
+        self._creating.pop(topic.name, None)
         for p in partitions:
             self._push(topic, p)
 
@@ -687,6 +732,18 @@ class Controller:
         await self._ensure_started()
         if name not in self.state.topics:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+
+
+_REPLICA_CLASS = None
+
+
+def _replica_class():
+    """One Ray actor class for every replica: each ``ray.remote(cls)`` is a new class that Ray
+    exports and its workers load again."""
+    global _REPLICA_CLASS
+    if _REPLICA_CLASS is None:
+        _REPLICA_CLASS = ray.remote(PartitionReplica)
+    return _REPLICA_CLASS
 
 
 @ray.remote(num_cpus=0, max_retries=0)

@@ -42,7 +42,8 @@ _EXPORTS.update({name: "raylog.errors" for name in (
     "InvalidRecordError", "IllegalStateError", "ReplicaNotAvailableError", "NotEnoughReplicasError",
     "NotLeaderForPartitionError", "LeaderNotAvailableError", "InvalidReplicationFactorError",
     "CommitFailedError", "FencedMemberEpochError", "UnknownMemberIdError", "GroupIdNotFoundError",
-    "NonEmptyGroupError", "CoordinatorNotAvailableError", "OutOfOrderSequenceError",
+    "NonEmptyGroupError", "CoordinatorNotAvailableError", "OutOfOrderSequenceError", "ActorCallError",
+    "ControllerNotAvailableError", "ClusterNotAvailableError", "TopicCreationIncompleteError",
 )})
 
 __all__ = sorted(_EXPORTS)

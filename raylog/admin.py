@@ -2,18 +2,32 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
+
+import ray
 
 from raylog import ray_calls
 from raylog.config import TopicConfig
 from raylog.errors import (
     GroupIdNotFoundError, InvalidConfigError, InvalidGroupIdError, InvalidOffsetError, RaylogError,
-    ReplicaNotAvailableError, UnknownTopicOrPartitionError,
+    InvalidPartitionError, InvalidReplicationFactorError, ReplicaNotAvailableError,
+    TopicCreationIncompleteError, UnknownTopicOrPartitionError,
 )
 from raylog.naming import validate_topic_name
 from raylog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TopicDescription
 from raylog.records import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+
+
+PROGRESS_INTERVAL_S = 0.5
+"""How often a waiting create_topics asks the controller how many replicas have started."""
+
+
+def _check_count(what: str, value) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        error = InvalidReplicationFactorError if what == "replication_factor" else InvalidPartitionError
+        raise error(f"{what} must be an int >= 1, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -36,21 +50,55 @@ class AdminClient:
     def _call(self, ref):
         return ray_calls.get(ref, self._timeout_s)
 
-    def create_topics(self, new_topics: Iterable[NewTopic]) -> list[TopicDescription]:
-        """Create each topic; raises TopicAlreadyExistsError, InvalidTopicError, InvalidConfigError."""
+    def create_topics(self, new_topics: Iterable[NewTopic],
+                      progress: Callable[[str, int, int], None] | None = None) -> list[TopicDescription]:
+        """Create each topic, waiting as long as its replicas keep starting (a replica process takes
+        about a second of CPU, so hundreds take minutes on a small machine); ``progress(name,
+        started, total)`` is called as they do. Raises TopicAlreadyExistsError, InvalidTopicError,
+        InvalidConfigError, InvalidPartitionError, InvalidReplicationFactorError, and
+        TopicCreationIncompleteError when replicas stop starting (creating it again finishes it)."""
         created = []
         for t in new_topics:
             validate_topic_name(t.name)
+            _check_count("num_partitions", t.num_partitions)
+            _check_count("replication_factor", t.replication_factor)
             TopicConfig.from_mapping(t.topic_configs)  # reject bad configs before any call
-            created.append(self._call(self._controller.create_topic.remote(
-                t.name, t.num_partitions, t.replication_factor, dict(t.topic_configs))))
+            ref = self._controller.create_topic.remote(t.name, t.num_partitions, t.replication_factor,
+                                                       dict(t.topic_configs))
+            created.append(self._await_creation(ref, t.name, progress))
             self._cluster.metadata.invalidate(t.name)
         return created
 
     def create_topic(self, name: str, num_partitions: int = 1, replication_factor: int = 1,
-                     **topic_configs) -> TopicDescription:
+                     progress: Callable[[str, int, int], None] | None = None, **topic_configs) -> TopicDescription:
         """Shorthand for one topic: create_topic('events', 3, retention_ms=60000)."""
-        return self.create_topics([NewTopic(name, num_partitions, replication_factor, topic_configs)])[0]
+        return self.create_topics([NewTopic(name, num_partitions, replication_factor, topic_configs)], progress)[0]
+
+    def _await_creation(self, ref, name: str, progress: Callable[[str, int, int], None] | None):
+        """The controller's answer to a creation, waited for while replicas keep starting: after
+        request_timeout_ms without one more, TopicCreationIncompleteError (the controller goes on)."""
+        started, changed_at, report = -1, time.monotonic(), None
+        while True:
+            ready, _ = ray.wait([ref], timeout=PROGRESS_INTERVAL_S)
+            if ready:
+                return self._call(ref)
+            try:
+                report = self._call(self._controller.creation_progress.remote(name))
+            except UnknownTopicOrPartitionError:
+                report = None  # not recorded yet: validation and placement are still running
+            now = time.monotonic()
+            if report is not None and report["total"]:
+                if progress is not None:
+                    progress(name, report["started"], report["total"])
+                if report["started"] != started:
+                    started, changed_at = report["started"], now
+            if now - changed_at > self._timeout_s:
+                missing = report["missing"] if report else []
+                raise TopicCreationIncompleteError(
+                    f"topic {name!r}: no replica started within request_timeout_ms={self._timeout_s * 1000:.0f} "
+                    f"({started if started >= 0 else 0} of {report['total'] if report else '?'} started; missing "
+                    f"(partition, replica) {missing[:10]}{' ...' if len(missing) > 10 else ''}); the controller "
+                    "goes on starting them, and creating the topic again waits for the rest", missing)
 
     def delete_topics(self, names: Iterable[str]) -> None:
         for name in names:
@@ -71,10 +119,14 @@ class AdminClient:
         names = self.list_topics() if names is None else [validate_topic_name(n) for n in names]
         return [self._call(self._controller.describe_topic.remote(n)) for n in names]
 
-    def create_partitions(self, new_totals: Mapping[str, int]) -> None:
-        """Grow each topic to the given partition count (partitions are never removed)."""
+    def create_partitions(self, new_totals: Mapping[str, int],
+                          progress: Callable[[str, int, int], None] | None = None) -> None:
+        """Grow each topic to the given partition count (partitions are never removed), waiting as
+        create_topics does."""
         for name, total in new_totals.items():
-            self._call(self._controller.create_partitions.remote(validate_topic_name(name), total))
+            _check_count("the new partition count", total)
+            ref = self._controller.create_partitions.remote(validate_topic_name(name), total)
+            self._await_creation(ref, name, progress)
             self._cluster.metadata.invalidate(name)
 
     def describe_partitions(self, topic: str) -> list[dict]:
@@ -160,6 +212,11 @@ class AdminClient:
         """Move each partition's log start offset up to the given offset; returns the new start offsets."""
         md = self._cluster.metadata
         tps = list(before)
+        for tp in tps:
+            offset = before[tp]
+            if not isinstance(offset, int) or isinstance(offset, bool) or (offset < 0 and offset != LATEST_TIMESTAMP):
+                raise InvalidOffsetError(f"delete_records for {tp.topic}-{tp.partition} needs an offset >= 0 (or -1 "
+                                         f"for the high watermark), got {offset!r}")
         starts = self._call([md.leader(tp.topic, tp.partition).delete_records.remote(before[tp]) for tp in tps])
         return dict(zip(tps, starts))
 

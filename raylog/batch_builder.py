@@ -4,9 +4,9 @@ One pass per stage, vectorized over its records:
 
 1. Partition: an explicit partition wins; keyed records get
    ``murmur2(key) % partitions`` for all keys in one numpy call; unkeyed
-   records are cut into runs of about batch_size bytes, the first run to the
-   sticky partition and the next ones round-robin after it (KIP-480: one
-   partition per batch, moving on when the batch closes).
+   records are cut into runs of about batch_size bytes, the first run
+   continuing the sticky partition's and the next ones round-robin after it
+   (KIP-480: one partition per batch, moving on when the batch fills).
 2. Group by partition, keeping send order inside each group (stable sort).
 3. Cut each group into batches by bytes: a batch closes before it would pass
    batch_size, and never passes the hard limit, min(the topic's
@@ -199,10 +199,7 @@ class BatchBuilder:
         rest = np.flatnonzero(parts == -1)
         if len(rest):
             # Unkeyed records: runs of about batch_size bytes, sticky first, then round-robin.
-            start = self.sticky.partition(stage.topic, num)
-            run = np.cumsum(sizes[rest]) // max(1, self.config.batch_size)
-            parts[rest] = (start + run) % num
-            self.sticky.on_new_batch(stage.topic, num, int(parts[rest[-1]]))
+            parts[rest] = self.sticky.runs(stage.topic, num, sizes[rest], self.config.batch_size)
         return parts
 
     def _encode(self, columns: "_Columns", tp: TopicPartition, idx: np.ndarray, contiguous: bool,

@@ -53,7 +53,13 @@ def _connect(args):
 def cmd_topics(args) -> int:
     admin = _connect(args).admin()
     if args.action == "create":
-        desc = admin.create_topic(args.name, args.partitions, args.replication_factor, **_configs(args.config))
+        with _progress(args, unit="replica") as bar:
+            def started(_name: str, done: int, total: int) -> None:
+                bar.total = total
+                bar.update(done - bar.n)
+
+            desc = admin.create_topic(args.name, args.partitions, args.replication_factor, progress=started,
+                                      **_configs(args.config))
         print(f"created topic {desc.name} with {len(desc.partitions)} partitions, "
               f"replication factor {args.replication_factor}")
     elif args.action == "list":

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import socket
 from dataclasses import asdict
 
 import ray
+from ray._common.utils import get_ray_address_file
+from ray._private.utils import read_ray_address
 
 from raylog import ray_calls
 from raylog.config import ClusterConfig, config_from_mapping
-from raylog.errors import ControllerNotAvailableError
+from raylog.errors import ClusterNotAvailableError, ControllerNotAvailableError
 from raylog.metadata import Metadata
 from raylog.naming import CONTROLLER_ACTOR_NAME
 
+
+logger = logging.getLogger(__name__)
+
+PROBE_TIMEOUT_S = 5.0
+"""How long connect() waits for a Ray cluster's GCS port to accept a connection."""
 
 RAY_SYSTEM_CONFIG = {"max_direct_call_object_size": 16 * 1024 * 1024}
 """Ray settings raylog uses when it starts Ray itself (a cluster it joins keeps its own; set the
@@ -54,8 +63,10 @@ _default: Cluster | None = None
 
 def connect(address: str | None = None, *, namespace: str = "raylog", data_root: str | None = None,
             request_timeout_ms: int = 30_000, cluster_config: dict | None = None, **ray_init_kwargs) -> Cluster:
-    """Attach to the Ray cluster at ``address`` (start a local one if None and none is running),
-    then to raylog's controller, starting it on Ray's head node if none runs yet.
+    """Attach to the Ray cluster at ``address`` (or RAY_ADDRESS; with neither, the cluster last
+    started on this machine if it answers, else a new local one; "local" always starts one), then
+    to raylog's controller, starting it on Ray's head node if none runs yet. An address where no
+    Ray answers raises ClusterNotAvailableError naming it.
 
     A local Ray started here listens on loopback only. ``data_root`` and ``cluster_config`` (more
     ClusterConfig fields, e.g. {"replica_lag_time_max_ms": 5000}) apply when this call starts the
@@ -67,9 +78,13 @@ def connect(address: str | None = None, *, namespace: str = "raylog", data_root:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
         ray_init_kwargs.setdefault("include_dashboard", False)
         ray_init_kwargs.setdefault("log_to_driver", True)
-        if address in (None, "local"):
+        address = _ray_address(address, min(request_timeout_ms / 1000, PROBE_TIMEOUT_S))
+        if address == "local":
             ray_init_kwargs["_system_config"] = {**RAY_SYSTEM_CONFIG, **ray_init_kwargs.get("_system_config", {})}
-        ray.init(address=address, namespace=namespace, **ray_init_kwargs)
+        try:
+            ray.init(address=address, namespace=namespace, **ray_init_kwargs)
+        except ConnectionError as exc:
+            raise ClusterNotAvailableError(f"cannot attach to a Ray cluster at {address!r}: {exc}") from None
     settings = {"namespace": namespace, "request_timeout_ms": request_timeout_ms,
                 **({"data_root": data_root} if data_root else {}), **(cluster_config or {})}
     config = config_from_mapping(ClusterConfig, settings)
@@ -80,6 +95,47 @@ def connect(address: str | None = None, *, namespace: str = "raylog", data_root:
         raise ControllerNotAvailableError(f"raylog controller did not answer: {exc}") from exc
     _default = Cluster(controller, ClusterConfig(**running))
     return _default
+
+
+def _ray_address(address: str | None, timeout_s: float) -> str:
+    """The address for ray.init: one given (or in RAY_ADDRESS) must answer, else
+    ClusterNotAvailableError; with none, the cluster last started on this machine if it still
+    answers, else "local" (a new local Ray). Ray itself would wait on a recorded cluster that is
+    gone, without end."""
+    given = address or os.environ.get("RAY_ADDRESS") or None
+    if given == "local":
+        return "local"
+    if given is None:
+        recorded = read_ray_address()
+        if recorded is None:
+            return "local"
+        if _answers(recorded, timeout_s):
+            return recorded
+        logger.warning("the Ray cluster last started on this machine (%s, recorded in %s) does not answer; "
+                       "starting a new local Ray", recorded, get_ray_address_file(None))
+        return "local"
+    if given == "auto":
+        recorded = read_ray_address()
+        if recorded is None or _answers(recorded, timeout_s):
+            return recorded or "auto"
+        given = recorded
+    elif given.startswith("ray://") or _answers(given, timeout_s):
+        return given
+    raise ClusterNotAvailableError(
+        f"no Ray cluster answers at {given!r} (waited {timeout_s:.0f} s); start one with "
+        "`ray start --head --node-ip-address=127.0.0.1`, or call raylog.connect('local') for a new local Ray")
+
+
+def _answers(address: str, timeout_s: float) -> bool:
+    """Whether something accepts TCP connections at the ``host:port`` of Ray's GCS."""
+    host, _, port = address.rpartition(":")
+    if not port.isdigit():
+        return True  # not host:port: let Ray judge it
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
 
 
 def _controller(config: ClusterConfig):

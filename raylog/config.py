@@ -143,6 +143,10 @@ class ClusterConfig:
     so waiting buys nothing unless nodes are named (see placement/nodes.py); -1 never moves."""
     offsets_topic_num_partitions: int = 8
     """Partitions of ``__consumer_offsets`` (one group coordinator actor each). Kafka: 50."""
+    log_cleaner_dedupe_buffer_size: int = 16 * 1024 * 1024
+    """Bound, per replica, on the key map of one compaction round (key bytes plus ~100 bytes per
+    key); a round maps as much of the dirty log as fits and the next round goes on from there.
+    Kafka: 128 MiB shared by its cleaner threads; every raylog replica is its own process."""
 
     def __post_init__(self) -> None:
         _check(isinstance(self.namespace, str) and bool(self.namespace), "namespace must be a non-empty string")
@@ -157,6 +161,7 @@ class ClusterConfig:
         _check_int(self, "node_check_interval_ms", 10)
         _check_int(self, "replica_reassign_after_ms", -1)
         _check_int(self, "offsets_topic_num_partitions", 1)
+        _check_int(self, "log_cleaner_dedupe_buffer_size", 1024)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

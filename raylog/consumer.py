@@ -195,6 +195,10 @@ class Consumer:
         """Up to ``max_records`` records as column batches (one or more per partition), waiting
         up to ``timeout_ms`` for the first. The fast path: no Python object per record."""
         self._check_open()
+        if not isinstance(timeout_ms, (int, float)) or isinstance(timeout_ms, bool) or timeout_ms < 0:
+            raise InvalidConfigError(f"poll timeout_ms must be a number >= 0, got {timeout_ms!r}")
+        if max_records is not None and (not isinstance(max_records, int) or max_records < 1):
+            raise InvalidConfigError(f"max_records must be an int >= 1, got {max_records!r}")
         if self._group is not None:
             self._maybe_auto_commit()
             self._group.poll_tick(self)

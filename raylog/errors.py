@@ -179,6 +179,39 @@ class CoordinatorNotAvailableError(RaylogError):
     retriable = True
 
 
+class TopicCreationIncompleteError(RaylogError):
+    """Some replicas of a topic being created (or grown) did not start in time: the topic exists,
+    ``missing`` lists the (partition, replica) pairs not started, and creating the topic again
+    with the same partitions and replication factor finishes it."""
+
+    retriable = True
+
+    def __init__(self, message: str, missing: list | tuple = ()):
+        super().__init__(message)
+        self.missing = [tuple(m) for m in missing]
+
+    def __reduce__(self):
+        return (type(self), (self.args[0], self.missing))
+
+
+class ActorCallError(RaylogError):
+    """A raylog actor failed a call with an exception that is not raylog's own (a bug): the message
+    names the actor, the call and the exception; ``remote_traceback`` has the actor's stack."""
+
+    def __init__(self, message: str, remote_traceback: str = ""):
+        super().__init__(message)
+        self.remote_traceback = remote_traceback
+
+    def __reduce__(self):
+        return (type(self), (self.args[0], self.remote_traceback))
+
+
+class ClusterNotAvailableError(RaylogError):
+    """No Ray cluster answers at the address connect() was given (or that RAY_ADDRESS names)."""
+
+    retriable = True
+
+
 class ControllerNotAvailableError(RaylogError):
     """No controller actor could be reached or started."""
 

@@ -124,10 +124,12 @@ def partitions_for_keys(keys, num_partitions: int, lengths: np.ndarray | None = 
 class StickyPartitioner:
     """Null-key records stick to one partition until its batch is sent (Kafka's KIP-480)."""
 
-    __slots__ = ("_current", "_rng")
+    __slots__ = ("_current", "_filled", "_rng")
 
     def __init__(self, seed: int | None = None):
         self._current: dict[str, int] = {}
+        self._filled: dict[str, int] = {}
+        """Bytes already sent to the current sticky partition by ``runs``."""
         self._rng = random.Random(seed)
 
     def partition(self, topic: str, num_partitions: int) -> int:
@@ -142,6 +144,19 @@ class StickyPartitioner:
         if num_partitions > 1 and self._current.get(topic) == previous:
             p = self._rng.randrange(num_partitions - 1)
             self._current[topic] = p if p < previous else p + 1
+            self._filled[topic] = 0
+
+    def runs(self, topic: str, num_partitions: int, sizes: np.ndarray, batch_size: int) -> np.ndarray:
+        """Partitions of unkeyed records of these sizes, sent together: runs of about batch_size
+        bytes, the first continuing the sticky partition's run, the next ones round-robin after it;
+        the next call goes on where this one stopped, so many calls spread over every partition."""
+        start = self.partition(topic, num_partitions)
+        before = np.cumsum(sizes) - sizes + self._filled.get(topic, 0)
+        run = before // max(1, batch_size)
+        last = int(run[-1])
+        self._current[topic] = (start + last) % num_partitions
+        self._filled[topic] = int(before[-1] + sizes[-1]) - last * batch_size
+        return (start + run) % num_partitions
 
 
 def java_string_hash(text: str) -> int:

@@ -39,7 +39,13 @@ def _to_bytes(obj: Any, what: str) -> bytes | None:
         return bytes(obj)
     if isinstance(obj, str):
         return obj.encode("utf-8")
-    raise InvalidRecordError(f"{what} must be bytes, str or None without a serializer, got {type(obj).__name__}")
+    raise InvalidRecordError(f"{what} must be bytes, str or None without a serializer, got {type(obj).__name__} "
+                             f"{_shown(obj)}")
+
+
+def _shown(obj) -> str:
+    text = repr(obj)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _check_headers(headers) -> list | None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import ray
 import ray.exceptions as rex
 
-from raylog.errors import KafkaTimeoutError, RaylogError, ReplicaNotAvailableError
+from raylog.errors import ActorCallError, KafkaTimeoutError, RaylogError, ReplicaNotAvailableError
 
 
 def translate(exc: BaseException) -> BaseException:
@@ -15,22 +16,47 @@ def translate(exc: BaseException) -> BaseException:
 
     Ray raises an actor's exception as ``RayTaskError(TheError)``, a class that is
     both a RayTaskError and TheError, whose message carries Ray's stack and
-    colour codes; the raylog error the actor raised is its ``cause``.
+    colour codes; the raylog error the actor raised is its ``cause``. Any other
+    cause is a bug in the actor, reported as ActorCallError naming the actor and
+    the call. Exceptions that are not Ray's pass through unchanged.
     """
     if isinstance(exc, rex.RayTaskError):
         cause = getattr(exc, "cause", None)
         if isinstance(cause, RaylogError):
             return cause
         if isinstance(cause, (rex.RayActorError, rex.ActorUnavailableError)):
-            return ReplicaNotAvailableError(str(cause))
-        return exc
+            return ReplicaNotAvailableError(_plain(str(cause)))
+        return _actor_call_error(exc, cause)
     if isinstance(exc, RaylogError):
         return exc
     if isinstance(exc, rex.GetTimeoutError):
-        return KafkaTimeoutError(str(exc))
+        return KafkaTimeoutError(_plain(str(exc)))
     if isinstance(exc, (rex.RayActorError, rex.ActorUnavailableError, rex.ActorUnschedulableError)):
-        return ReplicaNotAvailableError(str(exc))
+        return ReplicaNotAvailableError(_plain(str(exc)))
+    if isinstance(exc, rex.RayError):
+        return ActorCallError(f"Ray failed a raylog call: {type(exc).__name__}: {_plain(str(exc))}")
     return exc
+
+
+def _actor_call_error(exc: "rex.RayTaskError", cause: BaseException | None) -> ActorCallError:
+    # The instance ray.get raises keeps only its message, which starts "ray::Actor.method() (pid=N, ...".
+    text = _plain(str(exc))
+    found = _CALL.search(text)
+    call, pid = (found.group(1), found.group(2)) if found else ("a raylog actor call", "?")
+    what = f"{type(cause).__name__}: {cause}" if cause is not None else "an unknown error"
+    return ActorCallError(f"{call} (actor process pid {pid}) failed with {_plain(what)}; this is a raylog bug, "
+                          "the actor's stack is in .remote_traceback", text)
+
+
+_CALL = re.compile(r"ray::([\w.]+)\(\)\s*\(pid=(\d+)")
+
+
+def _plain(text: str) -> str:
+    """Text without the ANSI colour codes Ray puts in its messages."""
+    return _ANSI.sub("", text)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def get(refs: Any, timeout_s: float | None = None) -> Any:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from raylog.config import TopicConfig
+from raylog.config import NEVER, TopicConfig
 from raylog.errors import (
     CorruptRecordError, InvalidOffsetError, InvalidRecordError, LogDirError, OffsetOutOfRangeError,
 )
@@ -81,6 +81,11 @@ class PartitionLog:
         self._unflushed_messages = 0
         self._last_flush_ms = clock()
         self._closed = False
+        self._cleaner = None
+        self.sync_rolled_later = False
+        """When set, a rolled segment's data fsync is left to its owner, who takes the segments with
+        ``take_unsynced`` and calls ``Segment.sync_data`` off its event loop."""
+        self._unsynced: list[Segment] = []
         self._delete_segments_below_start()
 
     # --- offsets and sizes -----------------------------------------------------------
@@ -183,7 +188,9 @@ class PartitionLog:
             return old
         if self._on_roll is not None:
             self._on_roll(self.log_end_offset)
-        old.deactivate()
+        old.deactivate(sync=not self.sync_rolled_later)
+        if self.sync_rolled_later:
+            self._unsynced.append(old)
         seg = Segment(self.directory, self.log_end_offset, self.config)
         seg.activate()
         self.segments.append(seg)
@@ -325,13 +332,18 @@ class PartitionLog:
 
     # --- compaction, flush, close ----------------------------------------------------
 
-    def compact(self) -> int:
-        """Keep only the last record per key in the inactive segments; returns bytes removed."""
-        from raylog.storage import cleaner
+    def compact(self, limit: int | None = None) -> int:
+        """One compaction round over the inactive segments below ``limit``; returns bytes removed."""
+        return self.cleaner.clean(self._now(), limit)
 
-        removed = cleaner.clean(self, self._now())
-        self.stats.compactions += 1
-        return removed
+    @property
+    def cleaner(self):
+        """The log's Cleaner (made on first use: only compacted topics need one)."""
+        if self._cleaner is None:
+            from raylog.storage.cleaner import Cleaner
+
+            self._cleaner = Cleaner(self)
+        return self._cleaner
 
     def replace_segment(self, old: Segment, new: Segment | None) -> None:
         """Used by the cleaner: swap a rewritten segment (or nothing) into old's place."""
@@ -341,6 +353,27 @@ class PartitionLog:
             self._bases.pop(slot)
         else:
             self.segments[slot] = new
+
+    def next_maintenance_ms(self) -> int | None:
+        """When retention or a time-based flush next has work (wall-clock ms; now or earlier if it
+        has work already), or None when nothing is due until more is appended. The replica arms
+        one timer for it instead of polling, so an idle partition costs no CPU."""
+        due = []
+        if self.config.cleanup_policy == "delete":
+            first = self.segments[0]
+            if self.config.retention_ms >= 0 and first.max_timestamp != -1:
+                due.append(first.max_timestamp + self.config.retention_ms + 1)
+            if self.config.retention_bytes >= 0 and len(self.segments) > 1 and \
+                    self.size_bytes - first.size >= self.config.retention_bytes:
+                due.append(self._now())
+        if self._unflushed_messages and self.config.flush_ms < NEVER:
+            due.append(self._last_flush_ms + self.config.flush_ms)
+        return min(due) if due else None
+
+    def take_unsynced(self) -> list[Segment]:
+        """Rolled segments whose data fsync is still owed (see ``sync_rolled_later``)."""
+        taken, self._unsynced = self._unsynced, []
+        return taken
 
     def maybe_flush(self) -> None:
         """Flush if flush_messages or flush_ms says so (called on append and periodically)."""
@@ -360,6 +393,8 @@ class PartitionLog:
         if self._closed:
             return
         self._closed = True
+        for seg in self.take_unsynced():
+            seg.sync_data()
         self.flush()
         for seg in self.segments:
             seg.close()

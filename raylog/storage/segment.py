@@ -303,12 +303,18 @@ class Segment:
         self.time_index.flush()
         os.fsync(self._fd)
 
-    def deactivate(self) -> None:
-        """On roll: final time-index entry, flush, trim files to their used length."""
+    def deactivate(self, sync: bool = True) -> None:
+        """On roll: final time-index entry, flush, trim files to their used length. With
+        ``sync=False`` the data file's fsync is left to ``sync_data`` (from another thread: an
+        fsync of a GiB segment takes seconds, and the appender should not wait for it)."""
         if not self.active:
             return
         self._seal()
-        self.flush()
+        if sync:
+            self.flush()
+        else:
+            self.index.flush()
+            self.time_index.flush()
         self._remap(0)
         os.ftruncate(self._fd, self.size)
         self.file_size = self.size
@@ -317,6 +323,15 @@ class Segment:
         self.time_index.trim()
         self._remap(self.size)
         self.active = False
+
+    def sync_data(self) -> None:
+        """fsync the data file; a segment closed meanwhile (deleted, truncated away) needs none."""
+        fd = self._fd
+        if fd >= 0:
+            try:
+                os.fsync(fd)
+            except OSError:
+                pass
 
     def _seal(self) -> None:
         if self.max_timestamp != NO_TIMESTAMP:

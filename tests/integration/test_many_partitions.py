@@ -1,0 +1,139 @@
+"""Many partitions: a 64-partition topic created with the default request timeout and used; the
+controller and replicas answer other calls while a big creation or a big compaction runs; a
+creation that fails part-way is reported incomplete and finished by creating it again."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+
+import pytest
+
+from raylog import TopicPartition
+from raylog.config import ClusterConfig
+from raylog.errors import TopicCreationIncompleteError
+from tests.support.topics import consume_all, fresh_topic
+
+
+def test_a_64_partition_topic_is_created_with_the_default_timeout_while_other_calls_are_answered(cluster):
+    assert cluster.config.request_timeout_ms == ClusterConfig().request_timeout_ms
+    admin = cluster.admin()
+    other = fresh_topic(cluster, 1)
+    producer = cluster.producer()
+    producer.send(other, b"before").get(timeout=30)
+    consumer = cluster.consumer(other, auto_offset_reset="earliest")
+    assert [r.value for r in consume_all(consumer, 1)] == [b"before"]
+
+    progress: list[tuple[int, int]] = []
+    created: dict = {}
+
+    def create():
+        try:
+            created["description"] = admin.create_topic(
+                "wide", 64, progress=lambda _name, started, total: progress.append((started, total)))
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            created["error"] = exc
+
+    thread = threading.Thread(target=create)
+    start = time.monotonic()
+    thread.start()
+    answered = []
+    while thread.is_alive() and len(answered) < 5:
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        assert "wide" in admin.list_topics() or not progress
+        producer.send(other, b"during").get(timeout=30)
+        got = consume_all(consumer, 1, timeout_s=30)
+        answered.append((time.monotonic() - t0, thread.is_alive(), [r.value for r in got]))
+    thread.join(timeout=600)
+    took = time.monotonic() - start
+    assert "error" not in created, created.get("error")
+    assert len(created["description"].partitions) == 64
+    during = [latency for latency, alive, values in answered if alive and values == [b"during"]]
+    assert during, f"no call was made while the creation ran ({took:.1f} s)"
+    assert max(during) < took, "list_topics, produce and fetch were answered while replicas were starting"
+    assert progress and progress[-1][1] == 64 and progress == sorted(progress)
+
+    records = [b"r%d" % i for i in range(6400)]
+    producer.send_batch("wide", records, partition=[i % 64 for i in range(len(records))]).wait(timeout=120)
+    wide = cluster.consumer("wide", auto_offset_reset="earliest")
+    got = consume_all(wide, len(records), timeout_s=120)
+    assert sorted(r.value for r in got) == sorted(records)
+    assert len({r.partition for r in got}) == 64, "records reached every partition"
+    wide.close()
+    consumer.close()
+    producer.close()
+    admin.delete_topics(["wide"])
+
+
+def test_a_fetch_is_answered_while_a_large_compaction_round_runs(cluster):
+    import ray
+
+    topic = fresh_topic(cluster, 1, cleanup_policy="compact", segment_bytes=1 << 20)
+    producer = cluster.producer()
+    n = 600_000
+    keys = [b"key-%d" % (i % 120_000) for i in range(n)]
+    noise = os.urandom(n * 64)  # incompressible, so the round has tens of MB to read and rewrite
+    values = [b"value-%d-" % i + noise[i * 64:(i + 1) * 64] for i in range(n)]
+    producer.send_batch(topic, values, keys=keys).wait(timeout=120)
+    producer.send(topic, b"last", key=b"key-last").get(timeout=30)
+    leader = cluster.metadata.leader(topic, 0)
+    start = time.monotonic()
+    round_ref = leader.maintain_now.remote()
+    latencies = []
+    while not ray.wait([round_ref], timeout=0)[0]:
+        t0 = time.monotonic()
+        ray.get(leader.fetch.remote(0, 64 * 1024), timeout=60)
+        latencies.append(time.monotonic() - t0)
+        time.sleep(0.005)
+    result = ray.get(round_ref)
+    round_s = time.monotonic() - start
+    assert result["bytes_compacted"] > 0
+    assert len(latencies) >= 3, f"the round took {round_s:.2f} s; fetches must have been answered meanwhile"
+    assert max(latencies) < round_s / 2, (max(latencies), round_s)
+    consumer = cluster.consumer(topic, auto_offset_reset="earliest")
+    tp = TopicPartition(topic, 0)
+    end, latest, deadline = consumer.end_offsets([tp])[tp], {}, time.monotonic() + 60
+    while consumer.position(tp) < end and time.monotonic() < deadline:
+        for records in consumer.poll(timeout_ms=1000).values():
+            latest.update((r.key, r.value) for r in records)
+    consumer.close()
+    assert len(latest) == 120_001 and latest[b"key-119999"] == values[-1], "each key's last record survives"
+    producer.close()
+
+
+def test_a_creation_that_fails_part_way_is_reported_incomplete_and_a_retry_finishes_it(cluster, data_root):
+    import ray
+
+    from placement.nodes import node_data_dir
+
+    node = ray.get_runtime_context().get_node_id()
+    node_dir = node_data_dir(str(data_root), node)
+    moved = node_dir + ".moved"
+    os.makedirs(node_dir, exist_ok=True)
+    os.rename(node_dir, moved)
+    with open(node_dir, "w") as blocker:  # the node's data directory is unusable: every replica fails to open
+        blocker.write("not a directory")
+    admin = cluster.admin()
+    try:
+        with pytest.raises(TopicCreationIncompleteError) as info:
+            admin.create_topic("half-made", 3)
+        assert sorted(info.value.missing) == [(0, 0), (1, 0), (2, 0)]
+        assert "half-made" in str(info.value) and "create it again" in str(info.value)
+        assert "half-made" in admin.list_topics(), "the topic is recorded, so a retry can finish it"
+    finally:
+        os.remove(node_dir)
+        os.rename(moved, node_dir)
+    description = admin.create_topic("half-made", 3)
+    assert len(description.partitions) == 3
+    producer = cluster.producer()
+    producer.send_batch("half-made", [b"a", b"b", b"c"], partition=[0, 1, 2]).wait(timeout=60)
+    consumer = cluster.consumer("half-made", auto_offset_reset="earliest")
+    assert sorted(r.value for r in consume_all(consumer, 3)) == [b"a", b"b", b"c"]
+    assert consumer.end_offsets([TopicPartition("half-made", p) for p in range(3)]) == {
+        TopicPartition("half-made", p): 1 for p in range(3)}
+    consumer.close()
+    producer.close()
+    shutil.rmtree(moved, ignore_errors=True)
