@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(PY) -m bench.replication_bench
 	$(PY) -m bench.groups_bench
 	$(PY) -m bench.spark_bench
+	$(PY) -m bench.partitions_bench
 
 lock: $(STAMP)
 	{ echo "# Exact versions installed by 'make' (pip -c). Regenerate with 'make lock' after changing pyproject.toml."; \

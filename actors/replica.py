@@ -80,7 +80,7 @@ class PartitionReplica:
 
     def __init__(self, topic: str, partition: int, replica_id: int, directory: str, config: dict,
                  topic_id: str = "", cluster: dict | None = None, initial_state: dict | None = None):
-        memory.tune()
+        memory.tune(memory.REPLICA_TRIM_THRESHOLD_BYTES)
         self.topic = topic
         self.partition = partition
         self.replica_id = replica_id

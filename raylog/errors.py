@@ -195,8 +195,9 @@ class TopicCreationIncompleteError(RaylogError):
 
 
 class ActorCallError(RaylogError):
-    """A raylog actor failed a call with an exception that is not raylog's own (a bug): the message
-    names the actor, the call and the exception; ``remote_traceback`` has the actor's stack."""
+    """A raylog actor failed a call with an exception that is not raylog's own (a bug), or Ray failed
+    the call in a way raylog has no better error for: the message names the call and the exception;
+    ``remote_traceback`` has the actor's stack when there is one."""
 
     def __init__(self, message: str, remote_traceback: str = ""):
         super().__init__(message)
