@@ -56,6 +56,10 @@ from raylog.storage.producer_state import BatchOutcome, ProducerStateManager, Pr
 COMPACTION_INTERVAL_S = 60.0
 """A compacted partition with dirty records runs a cleaning round at most this often (Kafka's
 log.cleaner.backoff.ms is 15 s, but its cleaner also waits for a dirty ratio of 0.5)."""
+RETENTION_CHECK_DELAY_S = 5.0
+"""Maintenance runs no sooner than this after it is scheduled, as Kafka checks retention every
+log.retention.check.interval.ms (5 min): records appended with old timestamps stay readable for
+a moment, and a deadline that stays due cannot spin."""
 MAX_TIMER_S = 3600.0
 """A maintenance deadline further away than this is re-checked then (the clock may jump)."""
 SEQUENCE_WAIT_S = 10.0
@@ -166,8 +170,9 @@ class PartitionReplica:
     # --- maintenance ----------------------------------------------------------------------
 
     # No loop wakes an idle replica: after each append (and each maintenance run) one timer is armed
-    # for the next moment retention, a time-based flush or compaction has work, if any (measured:
-    # 64 replicas polling every 5 s cost 0.4% of a core beyond bare actors; see bench/partitions_bench.py).
+    # for the next moment retention, a time-based flush or compaction has work, if any. Hundreds of
+    # replicas on a node each polling every few seconds add up; bench/partitions_bench.py measures
+    # idle replicas beside as many bare Ray actors.
 
     def _schedule_maintenance(self) -> None:
         if self._deleted or not self._started:
@@ -180,6 +185,7 @@ class PartitionReplica:
             due = int(at) if due is None else min(due, int(at))
         if due is None:
             return
+        due = max(due, wall_clock_ms() + int(RETENTION_CHECK_DELAY_S * 1000))
         if self._maintenance_timer is not None:
             if self._maintenance_due_ms <= due:
                 return
