@@ -150,8 +150,8 @@ class Fetcher:
     def _send(self, tp: TopicPartition, st: PartitionState, budget: int) -> None:
         try:
             leader = self.metadata.leader(tp.topic, tp.partition)
-        except Exception as exc:  # noqa: BLE001 - surfaced on the next poll
-            st.error = ray_calls.translate(exc)
+        except Exception as exc:  # noqa: BLE001 - retried (no leader yet), or surfaced on the next poll
+            self._failed(tp, st, ray_calls.translate(exc))
             return
         ref = leader.fetch.remote(st.fetch_offset, budget, self.config.fetch_max_wait_ms, self.config.fetch_min_bytes)
         st.in_flight = ref
@@ -190,12 +190,7 @@ class Fetcher:
                 self.reset(tp, self.config.auto_offset_reset)
             return
         except Exception as exc:  # noqa: BLE001
-            err = ray_calls.translate(exc)
-            if getattr(err, "retriable", False):
-                self.metadata.invalidate(tp.topic)
-                st.retry_at = time.monotonic() + RETRY_BACKOFF_S
-            else:
-                st.error = err
+            self._failed(tp, st, ray_calls.translate(exc))
             return
         records, st.high_watermark = response[0], response[1]
         if len(records) == 0:
@@ -207,6 +202,15 @@ class Fetcher:
             self.buffered_bytes += sum(chunk.nbytes for chunk in chunks)
         elif st.position == offset and not st.buffered:
             st.position = next_offset
+
+    def _failed(self, tp: TopicPartition, st: PartitionState, err: BaseException) -> None:
+        """A retriable error (leader moving or restarting) backs off and refetches; any other is
+        raised by the next poll."""
+        if getattr(err, "retriable", False):
+            self.metadata.invalidate(tp.topic)
+            st.retry_at = time.monotonic() + RETRY_BACKOFF_S
+        else:
+            st.error = err
 
     # --- handing records out -----------------------------------------------------------------
 
