@@ -43,7 +43,7 @@ from raylog.errors import (
     FencedLeaderEpochError, InvalidConfigError, InvalidPartitionError, InvalidReplicationFactorError,
     TopicAlreadyExistsError, UnknownTopicOrPartitionError,
 )
-from raylog.naming import partition_path, validate_topic_name
+from raylog.naming import partition_path, validate_topic_name, validate_topic_shape
 
 NO_LEADER = -1
 
@@ -94,10 +94,7 @@ class ControllerState:
         validate_topic_name(name)
         if name in self.topics:
             raise TopicAlreadyExistsError(f"topic {name!r} already exists")
-        if not isinstance(num_partitions, int) or isinstance(num_partitions, bool) or num_partitions < 1:
-            raise InvalidPartitionError(f"a topic needs at least one partition, got {num_partitions!r}")
-        if not isinstance(replication_factor, int) or isinstance(replication_factor, bool) or replication_factor < 1:
-            raise InvalidReplicationFactorError(f"replication factor must be an int >= 1, got {replication_factor!r}")
+        validate_topic_shape(num_partitions, replication_factor)
         cfg = TopicConfig.from_mapping(config)
         if cfg.min_insync_replicas > replication_factor:
             raise InvalidConfigError(f"min_insync_replicas {cfg.min_insync_replicas} is above the replication "

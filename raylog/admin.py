@@ -12,28 +12,16 @@ from raylog import ray_calls
 from raylog.config import TopicConfig
 from raylog.errors import (
     GroupIdNotFoundError, InvalidConfigError, InvalidGroupIdError, InvalidOffsetError, RaylogError,
-    InvalidPartitionError, InvalidReplicationFactorError, ReplicaNotAvailableError,
+    InvalidPartitionError, ReplicaNotAvailableError,
     TopicCreationIncompleteError, UnknownTopicOrPartitionError,
 )
-from raylog.naming import validate_topic_name
+from raylog.naming import is_count, validate_topic_name, validate_topic_shape
 from raylog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TopicDescription
 from raylog.records import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
 
 PROGRESS_INTERVAL_S = 0.5
 """How often a waiting create_topics asks the controller how many replicas have started."""
-
-
-def _is_count(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
-
-
-def _check_shape(num_partitions, replication_factor) -> None:
-    """The controller's own checks, made before the call (same errors, same messages)."""
-    if not _is_count(num_partitions):
-        raise InvalidPartitionError(f"a topic needs at least one partition, got {num_partitions!r}")
-    if not _is_count(replication_factor):
-        raise InvalidReplicationFactorError(f"replication factor must be an int >= 1, got {replication_factor!r}")
 
 
 @dataclass(frozen=True)
@@ -66,7 +54,7 @@ class AdminClient:
         created = []
         for t in new_topics:
             validate_topic_name(t.name)
-            _check_shape(t.num_partitions, t.replication_factor)
+            validate_topic_shape(t.num_partitions, t.replication_factor)
             TopicConfig.from_mapping(t.topic_configs)  # reject bad configs before any call
             ref = self._controller.create_topic.remote(t.name, t.num_partitions, t.replication_factor,
                                                        dict(t.topic_configs))
@@ -129,7 +117,7 @@ class AdminClient:
         """Grow each topic to the given partition count (partitions are never removed), waiting as
         create_topics does."""
         for name, total in new_totals.items():
-            if not _is_count(total):
+            if not is_count(total):
                 raise InvalidPartitionError(f"topic {name!r} cannot grow to {total!r} partitions")
             ref = self._controller.create_partitions.remote(validate_topic_name(name), total)
             self._await_creation(ref, name, progress)

@@ -1,10 +1,10 @@
-"""Names raylog gives to topics and to its actors, and the rule a topic name must follow."""
+"""Names raylog gives to topics and to its actors, and the rules a new topic's name and shape follow."""
 
 from __future__ import annotations
 
 import re
 
-from raylog.errors import InvalidTopicError
+from raylog.errors import InvalidPartitionError, InvalidReplicationFactorError, InvalidTopicError
 
 MAX_TOPIC_NAME_LENGTH = 249
 """Kafka's bound: a partition directory is '<topic>-<partition>', which must fit a 255-byte file name."""
@@ -26,6 +26,20 @@ def validate_topic_name(name: object) -> str:
     if not _LEGAL.fullmatch(name):
         raise InvalidTopicError(f"topic name {name!r} has characters outside [a-zA-Z0-9._-]")
     return name
+
+
+def is_count(value: object) -> bool:
+    """An int >= 1 (not a bool): a partition count or a replication factor."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def validate_topic_shape(num_partitions: object, replication_factor: object) -> None:
+    """Raise InvalidPartitionError / InvalidReplicationFactorError unless both are counts >= 1
+    (the admin client checks before calling, the controller again)."""
+    if not is_count(num_partitions):
+        raise InvalidPartitionError(f"a topic needs at least one partition, got {num_partitions!r}")
+    if not is_count(replication_factor):
+        raise InvalidReplicationFactorError(f"replication factor must be an int >= 1, got {replication_factor!r}")
 
 
 def partition_dir_name(topic: str, partition: int) -> str:
