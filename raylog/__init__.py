@@ -43,6 +43,7 @@ _EXPORTS.update({name: "raylog.errors" for name in (
     "NotLeaderForPartitionError", "LeaderNotAvailableError", "InvalidReplicationFactorError",
     "CommitFailedError", "FencedMemberEpochError", "UnknownMemberIdError", "GroupIdNotFoundError",
     "NonEmptyGroupError", "CoordinatorNotAvailableError", "OutOfOrderSequenceError", "ActorCallError",
+    "DuplicateSequenceError", "OffsetNotAvailableError", "KafkaStorageError", "InvalidRequestError",
     "ControllerNotAvailableError", "ClusterNotAvailableError", "TopicCreationIncompleteError",
 )})
 

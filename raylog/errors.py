@@ -79,6 +79,13 @@ class OutOfOrderSequenceError(RaylogError):
     """A producer batch's sequence number skips ahead and the gap did not fill in time."""
 
 
+class DuplicateSequenceError(RaylogError):
+    """A producer batch's sequence is older than the batches the replica remembers for that producer:
+    it was sent before and may be in the log, but where is no longer known. The producer must not
+    send it again (it would be appended twice); its records fail with this error (Kafka's
+    DUPLICATE_SEQUENCE_NUMBER, without the offsets)."""
+
+
 class InvalidProducerEpochError(RaylogError):
     """A producer batch carries an epoch older than one the partition has seen from that producer
     (the producer moved on after a failure it could not resolve, KIP-360): it was not appended."""
@@ -119,6 +126,11 @@ class NonEmptyGroupError(RaylogError):
 
 class InvalidGroupIdError(RaylogError):
     """A group id that is empty or not a string."""
+
+
+class InvalidRequestError(RaylogError):
+    """A request to a raylog actor with arguments of the wrong type or out of range (a caller that went
+    past the clients, or a client bug); nothing was changed (Kafka's INVALID_REQUEST)."""
 
 
 # --- the cluster: may succeed when retried ------------------------------------
@@ -169,8 +181,23 @@ class KafkaTimeoutError(RaylogError):
     retriable = True
 
 
+class OffsetNotAvailableError(RaylogError):
+    """A newly elected leader cannot answer for its latest offset yet: its high watermark is still
+    below where its leader epoch began (followers have not fetched from it), and answering would
+    report an offset below records the previous leader acknowledged (Kafka's OFFSET_NOT_AVAILABLE)."""
+
+    retriable = True
+
+
 class LogDirError(RaylogError):
     """The partition's directory cannot be opened, written or recovered."""
+
+
+class KafkaStorageError(RaylogError):
+    """The log directory cannot be written, e.g. the disk is full; nothing was appended. The same
+    request succeeds once space returns (or on a new leader whose disk has room)."""
+
+    retriable = True
 
 
 class CoordinatorNotAvailableError(RaylogError):

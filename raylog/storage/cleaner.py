@@ -18,8 +18,9 @@ Rounds, as Kafka's LogCleaner runs them:
    the same base offset, last_offset_delta, epoch and codec, and the kept
    records' offset deltas; one that keeps nothing disappears.
 3. Swap, crash-safe: the new bytes go to ``<base>.log.cleaned``, fsync,
-   rename to ``<base>.log.swap``; then the old segment's files are removed and
-   the swap is renamed to ``<base>.log``. recovery.py deletes a leftover
+   rename to ``<base>.log.swap``, fsync the directory; then the old segment's
+   files are removed and the swap is renamed to ``<base>.log`` (directory
+   fsynced again). recovery.py deletes a leftover
    ``.cleaned`` and completes a leftover ``.swap``.
 
 A round is a generator (``Cleaner.steps``) that yields after every batch it
@@ -174,6 +175,9 @@ def _swap(log: "PartitionLog", seg: Segment, batches: list[bytes]) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(cleaned, swap)
+    # The .swap must be on disk before the old segment goes: a power loss in between would
+    # otherwise leave neither, and the segment's records would be lost.
+    files.fsync_dir(log.directory)
     seg.delete()
     os.replace(swap, log_file)
     files.fsync_dir(log.directory)

@@ -16,10 +16,14 @@ Beside them: ``<20-digit offset>.snapshot`` (producer state as of that offset,
 producer_state.py), ``leader-epoch-checkpoint`` (leader_epoch.py),
 ``partition.metadata`` (the id of the topic incarnation the directory belongs
 to, so a topic deleted while a replica was down and created again under the
-same name never reopens its files) and ``high-watermark-checkpoint``.
+same name never reopens its files), ``high-watermark-checkpoint`` and
+``recovery-point-offset-checkpoint`` (log.py).
 
-Checkpoints are small text files written atomically (temp file, fsync, rename):
-a first line ``raylog-checkpoint <version>`` and the value on the second.
+Checkpoints are small text files: a first line ``raylog-checkpoint <version>``
+and the value on the second. Every small file is written atomically and made
+durable (``write_atomically``): temp file, fsync, rename, fsync of the
+directory, since a rename is a change to the directory and without the last
+step a power loss can bring back the old file, or none.
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ LOG_START_OFFSET_FILE = "log-start-offset-checkpoint"
 """The log start offset, which can sit above the first segment's base (delete_records)."""
 HIGH_WATERMARK_FILE = "high-watermark-checkpoint"
 """The last high watermark the replica knew, so a restarted leader does not hide committed records."""
+RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
+"""The offset below which every segment's data was fsynced; recovery after a crash scans from it."""
 LEADER_EPOCH_CHECKPOINT_FILE = "leader-epoch-checkpoint"
 PARTITION_METADATA_FILE = "partition.metadata"
 
@@ -83,6 +89,7 @@ def base_offset_of(path: Path) -> int | None:
 
 
 def fsync_dir(directory: Path) -> None:
+    """Make the directory's entries durable: files created, renamed or removed in it."""
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -90,13 +97,26 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def write_checkpoint(path: Path, value: int) -> None:
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that a crash or power loss leaves the old file or the new one.
+
+    Raises OSError (ENOSPC on a full disk) with the old file in place and no temp file left.
+    """
     tmp = path.with_name(path.name + TMP_SUFFIX)
-    with open(tmp, "w") as f:
-        f.write(f"raylog-checkpoint {CHECKPOINT_VERSION}\n{value}\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def write_checkpoint(path: Path, value: int) -> None:
+    write_atomically(path, f"raylog-checkpoint {CHECKPOINT_VERSION}\n{value}\n".encode())
 
 
 def read_checkpoint(path: Path) -> int | None:
@@ -123,9 +143,4 @@ def read_text_value(path: Path) -> str | None:
 
 
 def write_text_value(path: Path, header: str, value: str) -> None:
-    tmp = path.with_name(path.name + TMP_SUFFIX)
-    with open(tmp, "w") as f:
-        f.write(f"{header}\n{value}\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_atomically(path, f"{header}\n{value}\n".encode())

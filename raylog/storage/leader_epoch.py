@@ -10,11 +10,11 @@ exactly the suffix the leader never had. Truncating to the high watermark
 instead loses acknowledged records or lets replicas diverge (KIP-101's two
 scenarios, tested in tests/unit/storage/test_leader_epoch.py).
 
-File ``leader-epoch-checkpoint`` (text, written atomically with a temp file
-and rename, like every raylog checkpoint): a first line ``raylog-epochs 1``,
-then one ``<epoch> <start_offset>`` line per entry. Entries change only when
-a new epoch writes its first batch or on truncation, so a write per change
-costs nothing measurable.
+File ``leader-epoch-checkpoint`` (text, written atomically and durably by
+``files.write_atomically``, like every raylog checkpoint): a first line
+``raylog-epochs 1``, then one ``<epoch> <start_offset>`` line per entry.
+Entries change only when a new epoch writes its first batch or on truncation,
+so a write per change costs nothing measurable.
 
 Not thread-safe: the partition's replica actor owns it.
 """
@@ -22,7 +22,6 @@ Not thread-safe: the partition's replica actor owns it.
 from __future__ import annotations
 
 import bisect
-import os
 from pathlib import Path
 
 from raylog.storage import files
@@ -58,13 +57,8 @@ class LeaderEpochCache:
 
     def _write(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + files.TMP_SUFFIX)
         body = "\n".join([HEADER] + [f"{e} {s}" for e, s in zip(self._epochs, self._starts)]) + "\n"
-        with open(tmp, "w") as f:
-            f.write(body)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        files.write_atomically(self.path, body.encode())
 
     # --- queries ------------------------------------------------------------------------
 
@@ -82,9 +76,15 @@ class LeaderEpochCache:
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         """Kafka's OffsetsForLeaderEpoch answer for ``epoch``: the largest epoch this replica knows
         that is <= ``epoch``, and the offset that epoch ended at (the next epoch's start, or the
-        log end for the latest). (UNDEFINED_EPOCH, UNDEFINED_OFFSET) when it knows none."""
-        if not self._epochs or epoch < self._epochs[0]:
+        log end for the latest). For an epoch below the first one known, ``(epoch, the first
+        epoch's start)``: nothing of ours goes back further, so a follower holding that epoch must
+        cut there (Kafka's LeaderEpochFileCache.endOffsetFor; without it a follower of an unclean
+        leader fell back to its high watermark and kept records the leader never had).
+        (UNDEFINED_EPOCH, UNDEFINED_OFFSET) for an empty cache or an undefined epoch."""
+        if not self._epochs or epoch < 0:
             return UNDEFINED_EPOCH, UNDEFINED_OFFSET
+        if epoch < self._epochs[0]:
+            return epoch, self._starts[0]
         i = bisect.bisect_right(self._epochs, epoch) - 1
         if i == len(self._epochs) - 1:
             return self._epochs[i], log_end_offset

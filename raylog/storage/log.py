@@ -13,14 +13,40 @@ so a crash between the two is finished by the next open.
 Who moves log_end_offset: append (the leader assigns offsets), append_as_follower
 (offsets come with the batches), truncate_to (replication's divergence repair).
 
+``recovery_point`` (Kafka's name and rule): every byte below it is known to be
+fsynced, so recovery after a crash scans only the segments at or above it. It
+moves up when the active segment is flushed (to the log end at that moment)
+and when a rolled segment's fsync completes (to that segment's end, but only
+once every segment below it is synced too: it never skips an unsynced one).
+It moves down only with truncation (truncate_to, truncate_fully_and_start_at),
+before any file changes, and never stands above the log end. Retention moving
+past unsynced segments moves it up. It is checkpointed in
+``recovery-point-offset-checkpoint``: a lower value must reach the disk before
+the files change (else the write fails the call); a higher one may lag (a
+failed write only means more to scan after a crash), and is only written when
+it leaves the active segment, which recovery scans anyway, so flushing every
+message does not also write a checkpoint every message.
+
+A rolled segment's fsync is done at roll, or, with ``sync_rolled_later``, by
+the owner on another thread: ``segments = log.take_unsynced()``, then
+``seg.sync_data()`` for each (any thread), then ``log.mark_synced(segments)``
+(the owner's thread). A segment whose fsync failed is handed out again.
+
+Errors: a write that fails in the operating system (ENOSPC on a full disk, EIO)
+raises KafkaStorageError; an append that raises it has appended nothing (the
+segment file is cut back, the log end is unchanged) and the same append works
+once space returns.
+
 The replica's state above this (high watermark, ISR, leader epochs) lives in
 actors/, not here. Not thread-safe: one owner serialises every call, which in
-raylog is the partition's replica actor running on one event loop.
+raylog is the partition's replica actor running on one event loop (except
+``Segment.sync_data``, above).
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +54,8 @@ from typing import Callable
 
 from raylog.config import NEVER, TopicConfig
 from raylog.errors import (
-    CorruptRecordError, InvalidOffsetError, InvalidRecordError, LogDirError, OffsetOutOfRangeError,
+    CorruptRecordError, InvalidOffsetError, InvalidRecordError, KafkaStorageError, LogDirError,
+    OffsetOutOfRangeError,
 )
 from raylog.storage import files, recovery
 from raylog.storage.batch import BatchInfo, RecordBatch
@@ -43,6 +70,22 @@ MAX_RELATIVE_OFFSET = 2**32 - 1
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _storage_error(directory: Path, exc: OSError, consequence: str = "") -> KafkaStorageError:
+    reason = exc.strerror or str(exc)
+    return KafkaStorageError(f"cannot write to log directory {directory}: {reason}{consequence}")
+
+
+def _raises_storage_errors(method):
+    """OSError from the file system becomes KafkaStorageError naming the directory."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except OSError as exc:
+            raise _storage_error(self.directory, exc) from exc
+    return wrapper
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,15 +121,28 @@ class PartitionLog:
         self.log_start_offset = loaded.log_start_offset
         self.recovered_cleanly = loaded.clean
         self.stats.bytes_cut_by_recovery = loaded.bytes_cut
+        self.stats.segments_recovered = loaded.segments_recovered
         self._unflushed_messages = 0
         self._last_flush_ms = clock()
         self._closed = False
         self._cleaner = None
         self.sync_rolled_later = False
-        """When set, a rolled segment's data fsync is left to its owner, who takes the segments with
-        ``take_unsynced`` and calls ``Segment.sync_data`` off its event loop."""
-        self._unsynced: list[Segment] = []
-        self._delete_segments_below_start()
+        """When set, a rolled segment's fsync is left to its owner (see the module doc)."""
+        self.recovery_point = loaded.recovery_point
+        """Every byte below this offset is known to be fsynced (see the module doc)."""
+        on_disk = loaded.recovery_point_on_disk
+        self._recovery_point_on_disk = -1 if on_disk is None else on_disk
+        self._unsynced: list[Segment] = list(loaded.unsynced)
+        """Inactive segments whose data is not known to be on disk, in offset order."""
+        self._handed_out: list[Segment] = []
+        """The part of ``_unsynced`` given to the owner by take_unsynced and not yet reported back."""
+        self._active_synced_to = max(self.active.base_offset, self.recovery_point)
+        """Offset below which the active segment's data is known to be on disk."""
+        try:
+            self._delete_segments_below_start()
+            self._checkpoint_recovery_point()
+        except OSError as exc:
+            raise LogDirError(f"cannot open partition log in {self.directory}: {exc}") from exc
 
     # --- offsets and sizes -----------------------------------------------------------
 
@@ -108,7 +164,8 @@ class PartitionLog:
         """Validate ``buf`` (one or more whole batches), assign offsets from the log end, write it.
 
         Raises CorruptRecordError, UnsupportedCodecError, RecordTooLargeError or
-        InvalidRecordError; on any of them nothing is written.
+        InvalidRecordError, or KafkaStorageError when the directory cannot be written (a full
+        disk); on any of them nothing is appended.
         """
         infos = self._validate(buf)
         next_offset = self.log_end_offset
@@ -129,7 +186,10 @@ class PartitionLog:
         return self._write(buf, stamped, leader_epoch, append_time)
 
     def append_as_follower(self, buf: bytes | bytearray | memoryview) -> AppendInfo:
-        """Append batches that already carry offsets and epochs (a replica copying its leader)."""
+        """Append batches that already carry offsets and epochs (a replica copying its leader).
+
+        Raises as ``append`` does, and InvalidOffsetError for a batch below the log end.
+        """
         infos = self._validate(buf, check_payload=False)
         expected = self.log_end_offset
         for info in infos:
@@ -158,14 +218,23 @@ class PartitionLog:
 
     def _write(self, buf, infos: list[BatchInfo], leader_epoch: int | None, append_time: int) -> AppendInfo:
         first, last = infos[0], infos[-1]
-        self._maybe_roll(len(buf), last.last_offset, max(i.max_timestamp for i in infos))
-        self.active.append(buf, infos, leader_epoch)
         count = sum(i.record_count for i in infos)
+        try:
+            self._maybe_roll(len(buf), last.last_offset, max(i.max_timestamp for i in infos))
+            self.active.append(buf, infos, leader_epoch)
+            self._unflushed_messages += count
+            try:
+                self._maybe_flush()
+            except OSError:
+                # flush_messages promised durability and could not give it: the batches go again.
+                self._unflushed_messages -= count
+                self.active.truncate_to(first.base_offset)
+                raise
+        except OSError as exc:
+            raise _storage_error(self.directory, exc, "; nothing was appended") from exc
         self.stats.batches_appended += len(infos)
         self.stats.records_appended += count
         self.stats.bytes_appended += len(buf)
-        self._unflushed_messages += count
-        self.maybe_flush()
         return AppendInfo(first.base_offset, last.last_offset, count, len(buf), append_time)
 
     def _maybe_roll(self, nbytes: int, last_offset: int, max_timestamp: int) -> None:
@@ -182,20 +251,29 @@ class PartitionLog:
             self.roll()
 
     def roll(self) -> Segment:
-        """Close the active segment for appends and start one at the log end offset."""
+        """Close the active segment for appends and start one at the log end offset.
+
+        Raises OSError with nothing changed if the new segment's files cannot be created (the
+        on_roll hook runs first); with the roll done if the old segment's fsync fails.
+        """
         old = self.active
         if old.is_empty:
             return old
         if self._on_roll is not None:
             self._on_roll(self.log_end_offset)
-        old.deactivate(sync=not self.sync_rolled_later)
-        if self.sync_rolled_later:
-            self._unsynced.append(old)
-        seg = Segment(self.directory, self.log_end_offset, self.config)
-        seg.activate()
+        seg = Segment.create(self.directory, self.log_end_offset, self.config)
+        try:
+            old.deactivate(sync=False)
+        except OSError:
+            seg.delete()
+            raise
         self.segments.append(seg)
         self._bases.append(seg.base_offset)
+        self._unsynced.append(old)
+        self._active_synced_to = seg.base_offset
         self.stats.segments_rolled += 1
+        if not self.sync_rolled_later:
+            self._sync_unsynced()
         return seg
 
     # --- reading ---------------------------------------------------------------------
@@ -257,6 +335,7 @@ class PartitionLog:
                 deleted += self._delete_oldest()
         return deleted
 
+    @_raises_storage_errors
     def _delete_oldest(self) -> int:
         if len(self.segments) == 1:
             if self.active.is_empty:
@@ -265,6 +344,7 @@ class PartitionLog:
         self._set_log_start(max(self.log_start_offset, self.segments[1].base_offset))
         return self._delete_segments_below_start()
 
+    @_raises_storage_errors
     def delete_records(self, offset: int) -> int:
         """Move log_start_offset up to ``offset`` (Kafka's DeleteRecords); returns segments deleted."""
         if offset > self.log_end_offset or offset < 0:
@@ -285,18 +365,24 @@ class PartitionLog:
     def _delete_segments_below_start(self) -> int:
         deleted = 0
         while len(self.segments) > 1 and self.segments[0].next_offset <= self.log_start_offset:
-            self.segments.pop(0).delete()
+            seg = self.segments.pop(0)
             self._bases.pop(0)
+            self._forget_unsynced(seg)
+            seg.delete()
             deleted += 1
         self.stats.segments_deleted += deleted
+        if deleted:
+            self._advance_recovery_point()
         return deleted
 
+    @_raises_storage_errors
     def truncate_to(self, offset: int) -> int:
         """Remove every record at ``offset`` and above; returns the bytes cut.
 
         Batches are atomic: the batch holding ``offset`` goes whole, so the log
         end offset becomes that batch's base offset (replication truncates at
-        batch boundaries, where the two are equal).
+        batch boundaries, where the two are equal). The cut is durable when this
+        returns: stale batches coming back after a power loss would undo it.
         """
         if offset < 0:
             raise InvalidOffsetError(f"cannot truncate to negative offset {offset}")
@@ -306,29 +392,45 @@ class PartitionLog:
             before = self.size_bytes
             self.truncate_fully_and_start_at(offset)
             return before
+        self._lower_recovery_point(offset)
         cut = 0
+        deleted = False
         while self.segments[-1].base_offset >= offset:
             seg = self.segments.pop()
             self._bases.pop()
+            self._forget_unsynced(seg)
             cut += seg.size
             seg.delete()
+            deleted = True
         seg = self.segments[-1]
+        if not seg.active:
+            # It becomes the active segment: all of it is on disk unless its fsync is still owed.
+            self._active_synced_to = seg.base_offset if self._forget_unsynced(seg) else seg.next_offset
         seg.activate()
-        cut += seg.truncate_to(offset)
+        cut += seg.truncate_to(offset)  # fsyncs the cut
+        if deleted:
+            files.fsync_dir(self.directory)
+        self._active_synced_to = min(self._active_synced_to, self.log_end_offset)
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
         if self.log_start_offset > self.log_end_offset:
             self._set_log_start(self.log_end_offset)
         self.stats.bytes_cut_by_truncation += cut
         return cut
 
+    @_raises_storage_errors
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and start an empty log at ``offset``."""
         self._set_log_start(offset)
+        self._lower_recovery_point(offset)
         for seg in self.segments:
             seg.delete()
-        seg = Segment(self.directory, offset, self.config)
-        seg.activate()
+        self.segments, self._bases = [], []
+        self._unsynced, self._handed_out = [], []
+        seg = Segment.create(self.directory, offset, self.config)  # fsyncs the directory: deletions too
         self.segments = [seg]
         self._bases = [offset]
+        self._active_synced_to = offset
+        self._advance_recovery_point()
 
     # --- compaction, flush, close ----------------------------------------------------
 
@@ -346,13 +448,16 @@ class PartitionLog:
         return self._cleaner
 
     def replace_segment(self, old: Segment, new: Segment | None) -> None:
-        """Used by the cleaner: swap a rewritten segment (or nothing) into old's place."""
+        """Used by the cleaner: swap a rewritten segment (fsynced before its swap), or nothing, into
+        old's place."""
         slot = self.segments.index(old)
         if new is None:
             self.segments.pop(slot)
             self._bases.pop(slot)
         else:
             self.segments[slot] = new
+        if self._forget_unsynced(old):
+            self._advance_recovery_point()
 
     def next_maintenance_ms(self) -> int | None:
         """When retention or a time-based flush next has work (wall-clock ms; now or earlier if it
@@ -370,35 +475,117 @@ class PartitionLog:
             due.append(self._last_flush_ms + self.config.flush_ms)
         return min(due) if due else None
 
+    # --- durability: fsync, the recovery point -------------------------------------------
+
     def take_unsynced(self) -> list[Segment]:
-        """Rolled segments whose data fsync is still owed (see ``sync_rolled_later``)."""
-        taken, self._unsynced = self._unsynced, []
+        """Inactive segments whose fsync is owed and not yet handed out (see ``sync_rolled_later``):
+        the owner calls ``sync_data`` on each, from any thread, then ``mark_synced`` with them."""
+        taken = [seg for seg in self._unsynced if seg not in self._handed_out]
+        self._handed_out += taken
         return taken
 
+    def mark_synced(self, segments: list[Segment]) -> None:
+        """The owner ran ``sync_data`` on ``segments`` (from take_unsynced): the recovery point moves
+        over those that are synced; one whose fsync failed is handed out again. Segments deleted or
+        truncated meanwhile, and calls after close, are ignored. Never raises."""
+        if self._closed:
+            return
+        for seg in segments:
+            if seg in self._handed_out:
+                self._handed_out.remove(seg)
+                if seg.synced:
+                    self._unsynced.remove(seg)
+        self._advance_recovery_point()
+
+    def _sync_unsynced(self) -> None:
+        """fsync the owed segments here and now (a log without an owner that does it later)."""
+        for seg in [s for s in self._unsynced if s not in self._handed_out]:
+            seg.sync()
+            self._unsynced.remove(seg)
+        self._advance_recovery_point()
+
+    def _forget_unsynced(self, seg: Segment) -> bool:
+        """``seg`` leaves the log or becomes active: no fsync is owed for it any more. Returns
+        whether one was."""
+        if seg in self._handed_out:
+            self._handed_out.remove(seg)
+        if seg in self._unsynced:
+            self._unsynced.remove(seg)
+            return True
+        return False
+
+    def _advance_recovery_point(self) -> None:
+        """Move the recovery point up to the first byte not known to be on disk."""
+        point = self._unsynced[0].base_offset if self._unsynced else self._active_synced_to
+        point = min(point, self.log_end_offset)
+        if point > self.recovery_point:
+            self.recovery_point = point
+            self._checkpoint_recovery_point()
+
+    def _lower_recovery_point(self, offset: int) -> None:
+        """Before the files at and above ``offset`` change: the checkpoint must not vouch for them.
+        Raises OSError if the checkpoint cannot be written (and then nothing may change)."""
+        self.recovery_point = min(self.recovery_point, offset)
+        self._checkpoint_recovery_point()
+
+    def _checkpoint_recovery_point(self, exact: bool = False) -> None:
+        on_disk, point = self._recovery_point_on_disk, self.recovery_point
+        if point == on_disk:
+            return
+        if point > on_disk >= self.active.base_offset and not exact:
+            return  # both inside the active segment, which recovery scans either way
+        try:
+            files.write_checkpoint(self.directory / files.RECOVERY_POINT_FILE, point)
+        except OSError:
+            if point < on_disk:
+                raise
+            return  # a checkpoint that lags only means more to scan after a crash; the next move retries
+        self._recovery_point_on_disk = point
+
+    @_raises_storage_errors
     def maybe_flush(self) -> None:
         """Flush if flush_messages or flush_ms says so (called on append and periodically)."""
+        self._maybe_flush()
+
+    def _maybe_flush(self) -> None:
         if (self._unflushed_messages >= self.config.flush_messages
                 or self._now() - self._last_flush_ms >= self.config.flush_ms):
-            self.flush()
+            self._flush()
 
+    @_raises_storage_errors
     def flush(self) -> None:
-        """msync the active segment and its indexes (older ones were flushed when rolled)."""
+        """fsync the active segment; the recovery point moves to the log end if every older segment
+        is synced too."""
+        self._flush()
+
+    def _flush(self) -> None:
         self.active.flush()
+        self._active_synced_to = self.log_end_offset
         self._unflushed_messages = 0
         self._last_flush_ms = self._now()
         self.stats.flushes += 1
+        self._advance_recovery_point()
 
     def close(self) -> None:
-        """Flush, trim every file to its data and leave the clean-shutdown marker."""
+        """fsync what is owed, trim every file to its data, checkpoint the recovery point at the log
+        end and leave the clean-shutdown marker. If a segment cannot be fsynced, the files are
+        closed without the marker, so the next open recovers them."""
         if self._closed:
             return
         self._closed = True
-        for seg in self.take_unsynced():
-            seg.sync_data()
-        self.flush()
+        clean = all([seg.sync_data() for seg in self._unsynced])
+        try:
+            self.active.close(sync=True)
+        except OSError:
+            clean = False
         for seg in self.segments:
             seg.close()
+        if not clean:
+            return
         files.fsync_dir(self.directory)
+        self._unsynced, self._handed_out = [], []
+        self._active_synced_to = self.recovery_point = self.log_end_offset
+        self._checkpoint_recovery_point(exact=True)
         (self.directory / files.CLEAN_SHUTDOWN_FILE).touch()
 
     def close_unclean(self) -> None:

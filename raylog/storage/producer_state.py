@@ -27,7 +27,6 @@ Not thread-safe: the replica actor owns both.
 
 from __future__ import annotations
 
-import os
 import struct
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
@@ -37,7 +36,7 @@ from typing import NamedTuple
 import crc32c
 import msgpack
 
-from raylog.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from raylog.errors import DuplicateSequenceError, InvalidProducerEpochError
 from raylog.storage import files
 from raylog.storage.batch import NO_PRODUCER_ID, iter_batches
 
@@ -83,7 +82,8 @@ class ProducerStateTable:
 
     def check(self, producer_id: int, epoch: int, base_sequence: int):
         """(verdict, previous outcome for a DUPLICATE); raises InvalidProducerEpochError for a fenced
-        epoch and OutOfOrderSequenceError for a sequence older than the ones remembered."""
+        epoch and DuplicateSequenceError for a sequence older than the ones remembered (sent before,
+        so possibly in the log: the producer must not send it again)."""
         entry = self._entries.get(producer_id)
         if entry is None or epoch > entry.epoch:
             # A new producer (or epoch) starts at sequence 0; a later batch that overtook the
@@ -100,9 +100,10 @@ class ProducerStateTable:
                 return self.DUPLICATE, outcome
         if 0 < (base_sequence - entry.next_sequence) & SEQUENCE_MASK < _AHEAD_WINDOW:
             return self.WAIT, None
-        raise OutOfOrderSequenceError(
-            f"producer {producer_id} sent sequence {base_sequence}, expected {entry.next_sequence}; "
-            "it is older than the batches this replica remembers")
+        raise DuplicateSequenceError(
+            f"producer {producer_id} sent sequence {base_sequence}, expected {entry.next_sequence}; it is older "
+            f"than the last {DEDUP_WINDOW} batches this replica remembers, so it was sent before and may be in "
+            "the log")
 
     def record(self, producer_id: int, epoch: int, base_sequence: int, record_count: int, outcome) -> None:
         """A batch was appended (``outcome`` its BatchOutcome) or rejected for good (the error)."""
@@ -167,14 +168,8 @@ class ProducerStateManager:
     def take_snapshot(self, table: ProducerStateTable, offset: int) -> None:
         """Write the table as of ``offset`` (every batch below it recorded), keep the newest few."""
         body = msgpack.packb([offset, table.to_snapshot()], use_bin_type=True)
-        path = files.snapshot_path(self.directory, offset)
-        tmp = path.with_name(path.name + files.TMP_SUFFIX)
-        with open(tmp, "wb") as f:
-            f.write(_SNAPSHOT_HEADER.pack(_SNAPSHOT_MAGIC, _SNAPSHOT_VERSION, crc32c.crc32c(body)))
-            f.write(body)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        header = _SNAPSHOT_HEADER.pack(_SNAPSHOT_MAGIC, _SNAPSHOT_VERSION, crc32c.crc32c(body))
+        files.write_atomically(files.snapshot_path(self.directory, offset), header + body)
         for old in self._snapshot_offsets()[:-SNAPSHOTS_KEPT]:
             files.snapshot_path(self.directory, old).unlink(missing_ok=True)
 

@@ -9,15 +9,26 @@ module does with it:
 - ``<base>.log.swap``: a compaction finished writing and fsyncing a
   replacement; the swap is completed (replace ``<base>.log``, drop its indexes,
   rebuild them by recovering the new file).
-- The last segment after an unclean shutdown (no ``.clean-shutdown`` marker):
-  it was being appended to, so its file is at full capacity with a zero tail,
-  its indexes untrimmed and its last batch possibly torn. Every batch is
-  validated (length, magic, CRC, increasing offsets), the file is cut at the
-  first invalid byte, the indexes are rebuilt.
-- Older segments were flushed and trimmed when they were rolled; they are
-  trusted unless their index fails a sanity check, which rebuilds it.
+- After an unclean shutdown (no ``.clean-shutdown`` marker), every segment
+  whose data lies at or above the recovery point (``recovery-point-offset-
+  checkpoint``, see log.py; Kafka's name and rule) is scanned: the one being
+  appended to (file at full capacity with a zero tail, indexes untrimmed, last
+  batch possibly torn) and any rolled segment whose fsync had not completed
+  (after a power loss its last pages read back as zeros or old bytes, at the
+  file's full size). Every batch is validated (length, magic, CRC, increasing
+  offsets), the file is cut at the first invalid byte, the indexes are rebuilt.
+  A missing checkpoint means every segment is scanned, as Kafka does.
+- Segments below the recovery point were trimmed and fsynced; they are trusted
+  unless their index fails a sanity check or their batch headers after the
+  last index entry do not end exactly at the file's end, either of which
+  rebuilds that segment.
 - A segment whose recovery cut bytes invalidates every later segment (a hole
-  in the middle of the log): those are deleted, as Kafka's LogLoader does.
+  in the middle of the log): those are deleted, as Kafka's LogLoader does, and
+  the directory is fsynced, so a power loss cannot bring them back beside the
+  records appended after the cut.
+
+Scanned segments are valid but known to be in the page cache only: they are
+returned as ``unsynced`` and the recovery point moves over them once fsynced.
 """
 
 from __future__ import annotations
@@ -31,12 +42,20 @@ from raylog.storage import files
 from raylog.storage.segment import Segment
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class LoadResult:
     segments: list[Segment]
     log_start_offset: int
     clean: bool
     bytes_cut: int
+    recovery_point: int
+    """Below it every byte is on disk: the log end after a clean shutdown, else the checkpointed
+    recovery point (the first segment's base when there is none), never above the log end."""
+    recovery_point_on_disk: int | None
+    """What the checkpoint file held (None: missing or unreadable)."""
+    unsynced: list[Segment]
+    """Inactive segments recovery scanned because they lay above the recovery point."""
+    segments_recovered: int
 
 
 def _remove_leftovers(directory: Path) -> set[int]:
@@ -72,6 +91,7 @@ def load(directory: Path, config: TopicConfig) -> LoadResult:
     directory.mkdir(parents=True, exist_ok=True)
     marker = directory / files.CLEAN_SHUTDOWN_FILE
     clean = marker.exists()
+    checkpointed = files.read_checkpoint(directory / files.RECOVERY_POINT_FILE)
     must_recover = _remove_leftovers(directory)
     bases = sorted(b for p in directory.glob("*" + files.LOG_SUFFIX)
                    if (b := files.base_offset_of(p)) is not None)
@@ -81,14 +101,21 @@ def load(directory: Path, config: TopicConfig) -> LoadResult:
             p.unlink()
 
     segments: list[Segment] = []
+    unsynced: list[Segment] = []
     bytes_cut = 0
+    recovered = 0
     for n, base in enumerate(bases):
         seg = Segment(directory, base, config)
         is_last = n == len(bases) - 1
-        if (is_last and not clean) or base in must_recover or not _index_trustworthy(seg):
+        # A segment may hold bytes at or above the recovery point unless the next one starts at or
+        # below it. Missing checkpoint: all of them.
+        above = not clean and (is_last or checkpointed is None or bases[n + 1] > checkpointed)
+        if above or base in must_recover or not _index_trustworthy(seg) or not seg.load():
             cut = seg.recover()
+            recovered += 1
+            if above:
+                unsynced.append(seg)
         else:
-            seg.load()
             cut = 0
         segments.append(seg)
         bytes_cut += cut
@@ -96,15 +123,21 @@ def load(directory: Path, config: TopicConfig) -> LoadResult:
             for later in bases[n + 1:]:
                 doomed = Segment(directory, later, config)
                 doomed.delete()
+            files.fsync_dir(directory)
             break
 
     checkpoint = files.read_checkpoint(directory / files.LOG_START_OFFSET_FILE)
     first_base = segments[0].base_offset if segments else (checkpoint or 0)
     log_start = max(first_base, checkpoint or 0)
     if not segments:
-        segments.append(Segment(directory, log_start, config))
+        segments.append(Segment.create(directory, log_start, config))
     log_end = segments[-1].next_offset
     log_start = min(log_start, log_end)
     segments[-1].activate()
+    if clean:
+        recovery_point = log_end
+    else:
+        recovery_point = min(first_base if checkpointed is None else checkpointed, log_end)
+    unsynced = [s for s in unsynced if s is not segments[-1]]
     marker.unlink(missing_ok=True)
-    return LoadResult(segments, log_start, clean, bytes_cut)
+    return LoadResult(segments, log_start, clean, bytes_cut, recovery_point, checkpointed, unsynced, recovered)

@@ -15,13 +15,21 @@ cut to its used length, so an inactive segment's file size is exactly its data.
 Invariants: ``size`` bytes from position 0 are whole, valid batches with
 strictly increasing offsets, all >= base_offset; every byte past ``size`` in
 the file is zero or a hole (truncation cuts the file, it never leaves stale
-batches behind that a later recovery could resurrect).
+batches behind that a later recovery could resurrect; a write that failed,
+e.g. on a full disk, is cut away the same way).
+
+Durability: a segment's files are created, activated and their directory
+fsynced in ``create``; on roll (``deactivate``) and clean close the files are
+trimmed first and fsynced after, so the fsync covers their final sizes too.
+``sync_data`` is the one method another thread may call (the replica's
+fsync of a rolled segment); it only fsyncs and records which roll it covered.
 
 Not thread-safe: one owner (the PartitionLog) serialises every call.
 """
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import struct
@@ -58,9 +66,18 @@ class Segment:
         self.size = self.file_size
         self.capacity = 0
         self._mm: mmap.mmap | None = None
-        self.index = OffsetIndex(index_path, base_offset, config.segment_index_bytes, writable=False)
-        self.time_index = TimeIndex(time_index_path, base_offset, config.segment_index_bytes, writable=False)
+        try:
+            self.index = OffsetIndex(index_path, base_offset, config.segment_index_bytes, writable=False)
+            self.time_index = TimeIndex(time_index_path, base_offset, config.segment_index_bytes, writable=False)
+        except BaseException:
+            os.close(self._fd)
+            if hasattr(self, "index"):
+                self.index.close(trim=False)
+            raise
         self.active = False
+        self._rolls = 0
+        self._synced_rolls = -1
+        """``_rolls`` as the last successful ``sync`` began: equal means the rolled data is durable."""
         self.next_offset = base_offset
         self.max_timestamp = NO_TIMESTAMP
         self.offset_of_max_timestamp = base_offset
@@ -69,17 +86,42 @@ class Segment:
 
     # --- opening ---------------------------------------------------------------
 
-    def load(self) -> None:
-        """Trust a cleanly closed segment: take its size from the file and its tail from the indexes."""
+    @classmethod
+    def create(cls, directory: Path, base_offset: int, config: TopicConfig) -> "Segment":
+        """A new, active segment at ``base_offset`` whose files are durably in ``directory``.
+
+        Raises OSError (ENOSPC when the disk is full) and leaves no file behind.
+        """
+        seg = None
+        try:
+            seg = cls(directory, base_offset, config)
+            seg.activate()
+            files.fsync_dir(directory)
+        except OSError:
+            if seg is not None:
+                seg.close_unclean()
+            for path in files.segment_paths(directory, base_offset):
+                path.unlink(missing_ok=True)
+            raise
+        return seg
+
+    def load(self) -> bool:
+        """Trust a cleanly closed or fsynced segment: take its size from the file and its tail from
+        the indexes. Returns False when the file has a hole or the batch headers after the last
+        index entry do not end exactly at the file's end (a trim that never reached the disk): the
+        caller recovers the segment instead."""
+        if self._data_end() < self.size:
+            return False
         self._remap(self.size)
-        self._load_tail()
+        return self._load_tail()
 
     def recover(self) -> int:
         """Validate every batch, cut the file at the first invalid byte, rebuild both indexes.
 
         Returns the number of bytes cut.
         """
-        self._remap(self.file_size)
+        end = self._data_end()
+        self._remap(end)
         self.index.make_writable()
         self.time_index.make_writable()
         self.index.reset()
@@ -87,7 +129,7 @@ class Segment:
         self._reset_tail()
         pos = 0
         expected_min = self.base_offset
-        while pos + HEADER_SIZE <= self.file_size:
+        while pos + HEADER_SIZE <= end:
             batch = RecordBatch(self._mm, pos)
             try:
                 batch.validate(check_payload=False)
@@ -105,6 +147,15 @@ class Segment:
             self.index.trim()
             self.time_index.trim()
         return cut
+
+    def _data_end(self) -> int:
+        """The file's size, or where its first hole starts if sooner (the sparse tail of the active
+        segment). Nothing reads a hole through the mapping: on tmpfs that allocates a page, and on a
+        full disk the process dies of SIGBUS. A hole reads as zeros, where recovery stops anyway."""
+        try:
+            return min(self.file_size, os.lseek(self._fd, 0, os.SEEK_HOLE))
+        except OSError:  # a filesystem without SEEK_HOLE
+            return self.file_size
 
     def activate(self) -> None:
         """Make this the segment appends go to: extend to capacity, map it writable."""
@@ -132,8 +183,9 @@ class Segment:
         self.first_batch_timestamp = None
         self._bytes_since_index_entry = 0
 
-    def _load_tail(self) -> None:
-        """Derive next_offset and the max timestamp from the indexes plus the batches after them."""
+    def _load_tail(self) -> bool:
+        """Derive next_offset and the max timestamp from the indexes plus the batches after them;
+        False if those batch headers are not whole, increasing batches up to ``size``."""
         self._reset_tail()
         tmax = self.time_index.max_timestamp()
         if tmax is not None:
@@ -145,12 +197,16 @@ class Segment:
         while pos + HEADER_SIZE <= self.size:
             base, size = peek_length(self._mm, pos)
             last = base + _INT32.unpack_from(self._mm, pos + LAST_OFFSET_DELTA_POS)[0]
+            if size < HEADER_SIZE or pos + size > self.size or base < max(self.next_offset, idx_offset) \
+                    or last < base:
+                return False
             ts = self._header_max_timestamp(pos)
             if ts > self.max_timestamp:
                 self.max_timestamp, self.offset_of_max_timestamp = ts, base
             self.next_offset = last + 1
             self._bytes_since_index_entry += size
             pos += size
+        return pos == self.size
 
     def _header_max_timestamp(self, pos: int) -> int:
         return _INT64.unpack_from(self._mm, pos + MAX_TIMESTAMP_POS)[0]
@@ -171,6 +227,10 @@ class Segment:
         n = len(buf)
         position = self.size
         end = position + n
+        # Space for the index entries these batches may add (and the time-index entry a roll adds),
+        # before the data: once the data is written, nothing may fail for lack of space.
+        self.index.reserve(len(infos))
+        self.time_index.reserve(len(infos) + 1)
         if end > self.capacity:
             self._grow(end)
         view = memoryview(buf).cast("B")
@@ -181,13 +241,23 @@ class Segment:
             for info in infos:
                 parts.append(_STAMP.pack(info.base_offset, info.size - LOG_OVERHEAD, leader_epoch))
                 parts.append(view[info.position + _STAMP.size:info.position + info.size])
-        written = os.pwritev(self._fd, parts, position)
-        if written != n:
-            raise OSError(f"short write to {self.log_path}: {written} of {n} bytes")
+        try:
+            written = os.pwritev(self._fd, parts, position)
+            if written != n:
+                # A regular file takes a short write only when space runs out part-way.
+                raise OSError(errno.ENOSPC, f"short write ({written} of {n} bytes)", str(self.log_path))
+        except OSError:
+            self._discard_from(position)
+            raise
         for info in infos:
             self._track(BatchInfo(position + info.position, info.size, info.base_offset,
                                   info.last_offset, info.max_timestamp, info.record_count))
         return position
+
+    def _discard_from(self, position: int) -> None:
+        """Drop whatever a failed write left at and after ``position`` (frees its blocks too)."""
+        os.ftruncate(self._fd, position)
+        os.ftruncate(self._fd, self.file_size)
 
     def _grow(self, end: int) -> None:
         """Only an empty segment meets a batch larger than segment_bytes: remap bigger."""
@@ -282,6 +352,9 @@ class Segment:
         self.size = pos
         self._cut_file(pos)
         self._load_tail()
+        # Truncation repairs a divergence from the leader: batches a power loss brought back would
+        # undo it.
+        os.fsync(self._fd)
         return cut
 
     def _cut_file(self, length: int) -> None:
@@ -297,24 +370,16 @@ class Segment:
             self._remap(length)
 
     def flush(self) -> None:
-        if self._mm is not None:
-            self._mm.flush()
-        self.index.flush()
-        self.time_index.flush()
-        os.fsync(self._fd)
+        """fsync the data file and both indexes (fsync writes back their mapped pages too)."""
+        self.sync()
 
     def deactivate(self, sync: bool = True) -> None:
-        """On roll: final time-index entry, flush, trim files to their used length. With
-        ``sync=False`` the data file's fsync is left to ``sync_data`` (from another thread: an
-        fsync of a GiB segment takes seconds, and the appender should not wait for it)."""
+        """On roll: final time-index entry, trim files to their used length, then fsync them. With
+        ``sync=False`` the fsync is left to ``sync_data`` (from another thread: an fsync of a GiB
+        segment takes seconds, and the appender should not wait for it)."""
         if not self.active:
             return
         self._seal()
-        if sync:
-            self.flush()
-        else:
-            self.index.flush()
-            self.time_index.flush()
         self._remap(0)
         os.ftruncate(self._fd, self.size)
         self.file_size = self.size
@@ -323,30 +388,56 @@ class Segment:
         self.time_index.trim()
         self._remap(self.size)
         self.active = False
+        self._rolls += 1
+        if sync:
+            self.sync()
 
-    def sync_data(self) -> None:
-        """fsync the data file; a segment closed meanwhile (deleted, truncated away) needs none."""
-        fd = self._fd
-        if fd >= 0:
+    def sync(self) -> None:
+        """fsync the data file and both indexes; raises OSError."""
+        rolls = self._rolls
+        os.fsync(self._fd)
+        self.index.sync()
+        self.time_index.sync()
+        self._synced_rolls = rolls
+
+    def sync_data(self) -> bool:
+        """``sync`` for another thread: never raises; False if the segment was closed meanwhile
+        (deleted, truncated away: it needs none) or the fsync failed. ``PartitionLog.mark_synced``
+        reads the outcome from ``synced``."""
+        try:
+            self.sync()
+        except OSError:
+            return False
+        return True
+
+    @property
+    def synced(self) -> bool:
+        """Whether a ``sync`` that began after the last roll completed: the rolled data is durable."""
+        return self._synced_rolls == self._rolls
+
+    def _seal(self) -> None:
+        """A last time-index entry with the segment's largest timestamp, if there is room on disk:
+        it only spares a reopen reading the batches after the last index entry."""
+        if self.max_timestamp != NO_TIMESTAMP:
             try:
-                os.fsync(fd)
+                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
             except OSError:
                 pass
 
-    def _seal(self) -> None:
-        if self.max_timestamp != NO_TIMESTAMP:
-            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
-
-    def close(self) -> None:
-        """Clean close: the files hold exactly the data and trimmed indexes."""
+    def close(self, sync: bool = False) -> None:
+        """Clean close: the files hold exactly the data and trimmed indexes (fsynced, with ``sync``)."""
         if self._fd < 0:
             return
         if self.active:
             self._seal()
         self._remap(0)
         os.ftruncate(self._fd, self.size)
-        self.index.close(trim=True)
-        self.time_index.close(trim=True)
+        self.index.trim()
+        self.time_index.trim()
+        if sync:
+            self.sync()
+        self.index.close(trim=False)
+        self.time_index.close(trim=False)
         os.close(self._fd)
         self._fd = -1
 

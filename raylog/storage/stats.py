@@ -14,6 +14,9 @@ class LogStats:
     segments_rolled: int = 0
     segments_deleted: int = 0
     bytes_cut_by_recovery: int = 0
+    segments_recovered: int = 0
+    """Segments the last open scanned batch by batch (those above the recovery point, and any whose
+    index or tail could not be trusted)."""
     bytes_cut_by_truncation: int = 0
     flushes: int = 0
     compactions: int = 0

@@ -7,10 +7,12 @@ import random
 
 from raylog.config import TopicConfig
 from raylog.storage import batch as rb
+from raylog.storage import files
 from raylog.storage.cleaner import MAP_ENTRY_OVERHEAD_BYTES, Cleaner
 from raylog.storage.log import PartitionLog
 from tests.support.builders import read_all
 from tests.support.clock import FakeClock
+from tests.unit.storage.disk_calls import last_index
 
 COMPACT = TopicConfig(cleanup_policy="compact", segment_bytes=4096, index_interval_bytes=256,
                       delete_retention_ms=10**12)
@@ -102,3 +104,20 @@ def test_next_maintenance_is_the_oldest_segments_expiry_or_a_pending_flush(tmp_p
     clock.advance(2_000)
     flushed.maybe_flush()
     assert flushed.next_maintenance_ms() is None
+
+
+def test_a_swap_is_durable_before_the_old_segment_is_removed(tmp_path, disk_calls):
+    """Finding 17: if the rename to .swap were lost while the old segment's removal was not, a power
+    loss would leave neither; recovery completes a .swap only if it is there."""
+    log = PartitionLog(tmp_path, COMPACT, FakeClock(0))
+    fill(log, random.Random(3), 60)
+    log.roll()
+    disk_calls.clear()
+    log.compact()
+    swapped = [path for kind, path in disk_calls if kind == "replace" and path.name.endswith(files.SWAP_SUFFIX)]
+    assert swapped
+    for swap in swapped:
+        log_file = swap.with_name(swap.name[:-len(files.SWAP_SUFFIX)])
+        removed = last_index(disk_calls, "replace", log_file.with_name(log_file.name + files.DELETED_SUFFIX))
+        synced = [i for i, call in enumerate(disk_calls) if call == ("fsync", tmp_path)]
+        assert any(last_index(disk_calls, "replace", swap) < i < removed for i in synced)

@@ -5,9 +5,11 @@ from __future__ import annotations
 from actors.replica_state import truncation_offset
 from raylog.config import TopicConfig
 from raylog.storage import batch as rb
+from raylog.storage import files
 from raylog.storage.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_OFFSET, LeaderEpochCache
 from raylog.storage.log import PartitionLog
 from tests.support.builders import read_all
+from tests.unit.storage.disk_calls import directory_synced_after
 
 
 def test_end_offset_of_an_epoch_is_the_next_epochs_start_or_the_log_end(tmp_path):
@@ -33,6 +35,13 @@ def test_the_cache_survives_reopening_and_truncation_is_checkpointed(tmp_path):
     assert LeaderEpochCache(tmp_path).entries() == [(1, 0), (3, 7)]
     cache.truncate_from_start(8)
     assert LeaderEpochCache(tmp_path).entries() == [(3, 8)]
+
+
+def test_every_checkpoint_write_reaches_the_directory(tmp_path, disk_calls):
+    """Finding 17: the rename of the checkpoint into place is fsynced with its directory."""
+    cache = LeaderEpochCache(tmp_path)
+    cache.assign(1, 0)
+    assert directory_synced_after(disk_calls, tmp_path, "replace", tmp_path / files.LEADER_EPOCH_CHECKPOINT_FILE)
 
 
 def append(log: PartitionLog, values: list[bytes], epoch: int, cache: LeaderEpochCache) -> None:
@@ -103,3 +112,25 @@ def test_a_follower_two_epochs_behind_uses_the_smaller_of_both_ends(tmp_path):
     epoch, end = leader_epochs.end_offset_for(3, 9)
     assert (epoch, end) == (1, 5)
     assert truncation_offset(f_epochs, f.log_end_offset, 3, epoch, end, 0) == 2
+
+
+def test_a_follower_whose_epochs_the_unclean_leader_never_had_converges_to_the_leaders_log(tmp_path):
+    """Issue 19, finding 8. A (leader, epoch 0) has 300 records, the last 100 never copied to C,
+    whose log starts fresh at 200 (it caught up by starting at A's log start, so it has no epoch
+    entry of its own below 200). C is elected uncleanly (epoch 2) and writes 150 records. A asks C
+    where epoch 0 ends: C knows no epoch <= 0. Truncating to A's high watermark (300), above C's
+    log end, left A's 200..299 in place under C's later records: the logs differed for good. C
+    answers with where its first epoch starts (Kafka's rule for an epoch below the first), and A
+    cuts there."""
+    a, c = PartitionLog(tmp_path / "a", TopicConfig()), PartitionLog(tmp_path / "c", TopicConfig())
+    a_epochs, c_epochs = LeaderEpochCache(tmp_path / "a"), LeaderEpochCache(tmp_path / "c")
+    for n in range(3):
+        append(a, [b"a%d-%d" % (n, i) for i in range(100)], 0, a_epochs)
+    c.truncate_fully_and_start_at(200)
+    c_epochs.assign(2, 200)
+    append(c, [b"c-%d" % i for i in range(150)], 2, c_epochs)
+    target = follower_truncates(a, a_epochs, c_epochs, c.log_end_offset, high_watermark=300)
+    assert target == 200
+    copy(c, a, a_epochs, upto=c.log_end_offset)
+    assert [v for o, _, v in read_all(a) if o >= 200] == [v for _, _, v in read_all(c)]
+    assert a.log_end_offset == c.log_end_offset == 350

@@ -1,6 +1,7 @@
 """Random sequences of log operations against ModelLog (Redpanda's opfuzz, with hypothesis).
 
-Rules: append, roll, truncate_to, delete_records (retention), clean reopen, crash
+Rules: append, roll, truncate_to, delete_records (retention), flush, rolled
+segments synced later (as the replica does) and reported, clean reopen, crash
 (reopen without close), and a torn tail (the last batch cut mid-way on disk, as a
 crash during the copy leaves it). After every step the real log holds exactly the
 model's records, offsets strictly increase with no holes, and both ends agree.
@@ -77,6 +78,22 @@ class LogMachine(RuleBasedStateMachine):
         self.log.delete_records(offset)
         self.model.delete_records(offset)
 
+    @rule(later=st.booleans())
+    def sync_rolled_segments_later(self, later):
+        """As the replica does: rolled segments stay unsynced, and recovery scans them, until reported."""
+        self.log.sync_rolled_later = later
+
+    @rule()
+    def report_rolled_segments_synced(self):
+        taken = self.log.take_unsynced()
+        for seg in taken:
+            seg.sync_data()
+        self.log.mark_synced(taken)
+
+    @rule()
+    def flush(self):
+        self.log.flush()
+
     @rule()
     def reopen(self):
         self.log.close()
@@ -101,6 +118,10 @@ class LogMachine(RuleBasedStateMachine):
         self.log = PartitionLog(self.dir, CONFIG)
         self.model.drop_last_batch()
         assert self.log.stats.bytes_cut_by_recovery > 0
+
+    @invariant()
+    def recovery_point_never_passes_the_log_end(self):
+        assert 0 <= self.log.recovery_point <= self.log.log_end_offset
 
     @invariant()
     def same_records_as_the_model(self):

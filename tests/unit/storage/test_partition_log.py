@@ -10,9 +10,11 @@ from raylog.errors import (
     UnsupportedCodecError,
 )
 from raylog.storage import batch as rb
+from raylog.storage import files
 from raylog.storage.log import PartitionLog
 from tests.support.builders import make_batch, read_all
 from tests.support.clock import FakeClock
+from tests.unit.storage.disk_calls import directory_synced_after, last_index
 
 SMALL = TopicConfig(segment_bytes=2048, index_interval_bytes=128, retention_ms=-1)
 
@@ -247,3 +249,102 @@ def test_bad_batches_raise_and_leave_the_log_unchanged(tmp_path, bad, error):
     with pytest.raises(error):
         log.append(bad)
     assert (log.log_end_offset, log.size_bytes, log.read(0, 1 << 20)) == before
+
+
+# --- the recovery point: the offset below which every byte is known to be fsynced -------------
+
+
+def checkpointed_recovery_point(directory):
+    return files.read_checkpoint(directory / files.RECOVERY_POINT_FILE)
+
+
+def test_recovery_point_moves_only_over_contiguously_synced_segments(tmp_path):
+    log = PartitionLog(tmp_path, SMALL)
+    log.sync_rolled_later = True
+    fill(log, random.Random(9))
+    rolled = log.take_unsynced()
+    assert len(rolled) >= 3 and log.recovery_point == 0
+    rolled[1].sync_data()
+    log.mark_synced([rolled[1]])
+    assert log.recovery_point == 0, "a synced segment above an unsynced one moves nothing"
+    rolled[0].sync_data()
+    log.mark_synced([rolled[0]])
+    assert log.recovery_point == rolled[2].base_offset
+    assert checkpointed_recovery_point(tmp_path) == log.recovery_point
+    assert log.take_unsynced() == [], "segments handed out are not handed out twice"
+    log.mark_synced(rolled[2:])
+    assert log.recovery_point == rolled[2].base_offset, "a segment whose fsync did not run is still owed"
+    assert log.take_unsynced() == rolled[2:], "and is handed out again"
+
+
+def test_roll_with_sync_moves_the_recovery_point_to_the_new_segment(tmp_path):
+    log = PartitionLog(tmp_path, SMALL)
+    fill(log, random.Random(10))
+    assert log.recovery_point == log.active.base_offset > 0
+    assert checkpointed_recovery_point(tmp_path) == log.recovery_point
+
+
+def test_flush_moves_the_recovery_point_to_the_log_end(tmp_path):
+    log = PartitionLog(tmp_path, SMALL)
+    log.sync_rolled_later = True
+    fill(log, random.Random(11), batches=3)
+    assert log.recovery_point == 0
+    log.flush()
+    assert log.recovery_point == log.log_end_offset == 15
+    fill(log, random.Random(12))
+    log.flush()
+    rolled = log.take_unsynced()
+    assert log.recovery_point == 15, "no further than where the first unsynced segment was flushed to"
+    for seg in rolled:
+        seg.sync_data()
+    log.mark_synced(rolled)
+    assert log.recovery_point == log.log_end_offset, "the active segment was flushed to the end"
+
+
+def test_truncate_to_lowers_the_recovery_point_to_the_new_log_end(tmp_path):
+    log = PartitionLog(tmp_path, SMALL)
+    fill(log, random.Random(13))
+    log.flush()
+    log.truncate_to(63)
+    assert log.recovery_point == log.log_end_offset == 60
+    assert checkpointed_recovery_point(tmp_path) <= 63
+    log.truncate_fully_and_start_at(500)
+    assert log.recovery_point == 500 == checkpointed_recovery_point(tmp_path)
+
+
+def test_deleting_unsynced_segments_moves_the_recovery_point_past_them(tmp_path):
+    log = PartitionLog(tmp_path, SMALL)
+    log.sync_rolled_later = True
+    fill(log, random.Random(14))
+    log.delete_records(100)
+    assert log.recovery_point == log.segments[0].base_offset > 0
+    assert all(seg in log.segments for seg in log.take_unsynced())
+
+
+# --- what a power loss cannot undo -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sync_rolled_later", [False, True])
+def test_roll_fsyncs_the_directory_after_creating_the_segment_files(tmp_path, disk_calls, sync_rolled_later):
+    """Finding 17: a flushed record in a segment whose directory entry was lost is lost."""
+    log = PartitionLog(tmp_path, SMALL)
+    log.sync_rolled_later = sync_rolled_later
+    fill(log, random.Random(15), batches=3)
+    disk_calls.clear()
+    seg = log.roll()
+    for path in files.segment_paths(tmp_path, seg.base_offset):
+        assert directory_synced_after(disk_calls, tmp_path, "create", path), path.name
+
+
+def test_truncate_to_makes_the_cut_and_the_removed_segments_durable(tmp_path, disk_calls):
+    """Stale batches that came back after a power loss would undo replication's divergence repair."""
+    log = PartitionLog(tmp_path, SMALL)
+    fill(log, random.Random(16))
+    holder = log.segments[log._segment_slot(63)]
+    removed = [s.log_path for s in log.segments if s.base_offset > 63]
+    assert removed
+    disk_calls.clear()
+    log.truncate_to(63)
+    assert last_index(disk_calls, "fsync", holder.log_path) >= 0, "the cut file is fsynced"
+    for path in removed:
+        assert directory_synced_after(disk_calls, tmp_path, "unlink", path.with_name(path.name + ".deleted"))

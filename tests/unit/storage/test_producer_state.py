@@ -5,10 +5,12 @@ from __future__ import annotations
 import pytest
 
 from raylog.config import TopicConfig
-from raylog.errors import InvalidProducerEpochError, OutOfOrderSequenceError, RecordTooLargeError
+from raylog.errors import DuplicateSequenceError, InvalidProducerEpochError, RecordTooLargeError
 from raylog.storage import batch as rb
+from raylog.storage import files
 from raylog.storage.log import PartitionLog
 from raylog.storage.producer_state import DEDUP_WINDOW, BatchOutcome, ProducerStateManager, ProducerStateTable
+from tests.unit.storage.disk_calls import directory_synced_after
 
 
 def outcome(base: int, last: int) -> BatchOutcome:
@@ -39,11 +41,13 @@ def test_batch_that_skips_ahead_waits_and_the_next_in_sequence_appends():
     assert table.check(7, 0, 10)[0] == ProducerStateTable.APPEND
 
 
-def test_sequence_older_than_the_dedup_window_is_refused():
+def test_sequence_older_than_the_dedup_window_is_refused_as_a_duplicate_whose_outcome_is_forgotten():
+    """Issue 19, finding 11: it was sent before and may be in the log; "not appended" would make the
+    producer send it again."""
     table = ProducerStateTable()
     for n in range(DEDUP_WINDOW + 1):
         table.record(7, 0, n * 10, 10, outcome(n * 10, n * 10 + 9))
-    with pytest.raises(OutOfOrderSequenceError):
+    with pytest.raises(DuplicateSequenceError):
         table.check(7, 0, 0)
 
 
@@ -133,3 +137,11 @@ def test_a_corrupt_snapshot_is_ignored_and_the_log_replayed(tmp_path):
         path.write_bytes(b"RLPS\x00\x00\x00\x01garbage")
     rebuilt = manager.load(log)
     assert rebuilt.check(2, 0, 30)[0] == ProducerStateTable.APPEND
+
+
+def test_a_snapshot_reaches_the_directory_before_take_snapshot_returns(tmp_path, disk_calls):
+    """Finding 17: the rename of a snapshot into place is fsynced with its directory."""
+    table = ProducerStateTable()
+    table.record(7, 0, 0, 10, outcome(0, 9))
+    ProducerStateManager(tmp_path).take_snapshot(table, 10)
+    assert directory_synced_after(disk_calls, tmp_path, "replace", files.snapshot_path(tmp_path, 10))
