@@ -23,6 +23,17 @@ What it watches, without pinging replicas in a loop:
   reassignment does).
 - **Preferred leaders**: every leader_imbalance_check_interval_ms, leadership
   moves back to each partition's first replica when it is alive and in sync.
+- **Paused replicas** (SIGSTOP, a GC pause, a hung disk: alive to Ray, silent
+  to everyone): every replica heartbeats (``replica_heartbeat``) and one that
+  sends none for replica_session_timeout_ms is fenced like a dead one (it
+  leaves the ISR, its partitions elect other leaders); its own lease lapses
+  before that, so it acknowledges nothing meanwhile. When it heartbeats again
+  it is alive again and told the current state. A restarted controller gives
+  every replica a fresh session, and so does one that finds it was paused
+  itself (its own loop late by half a session), before fencing anyone.
+- **Paused coordinators**: the controller pings every group coordinator each
+  replica_heartbeat_interval_ms; one that has not answered for the session
+  timeout is killed, and Ray restarts it (it replays its offsets partition).
 
 An async actor: a slow operation (starting hundreds of replicas) awaits
 without blocking metadata calls; every state change runs from validation to
@@ -32,6 +43,7 @@ the metadata log's fsync without an ``await`` in between.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 import uuid
@@ -39,15 +51,20 @@ import uuid
 import msgpack
 import ray
 
+from actors import arguments as args
 from actors.controller_state import NO_LEADER, ControllerState, TopicState, replica_ids, replica_of
 from actors.replica import PartitionReplica
 from placement import nodes as placement_nodes
 from placement.policy import assign_replicas, check_replication_factor, replacement_node
 from raylog.config import ClusterConfig, TopicConfig
 from raylog.errors import (
-    InvalidReplicationFactorError, InvalidTopicError, TopicCreationIncompleteError, UnknownTopicOrPartitionError,
+    InvalidReplicationFactorError, InvalidRequestError, InvalidTopicError, TopicCreationIncompleteError,
+    UnknownTopicOrPartitionError,
 )
-from raylog.naming import INTERNAL_TOPICS, OFFSETS_TOPIC, coordinator_actor_name, replica_actor_name
+from raylog.naming import (
+    INTERNAL_TOPICS, OFFSETS_TOPIC, coordinator_actor_name, replica_actor_name, validate_topic_name,
+    validate_topic_shape,
+)
 from raylog.protocol import PartitionInfo, ReplicaAssignment, TopicDescription
 from raylog.storage import batch as record_batch
 from raylog.storage.log import PartitionLog
@@ -56,11 +73,14 @@ METADATA_LOG_CONFIG = TopicConfig(flush_messages=1, retention_ms=-1, segment_byt
                                   segment_index_bytes=1024 * 1024)
 """The metadata log keeps everything (no retention) and fsyncs each record: changes are rare and
 must survive a power loss of the controller's node."""
-OFFSETS_TOPIC_CONFIG = {"cleanup_policy": "compact", "segment_bytes": 100 * 1024 * 1024, "min_insync_replicas": 1}
+OFFSETS_TOPIC_CONFIG = {"cleanup_policy": "compact", "segment_bytes": 100 * 1024 * 1024}
 """Kafka's offsets topic settings: compacted (the last record per key is the state), 100 MiB
-segments (offsets.topic.segment.bytes); commits are written with acks='all'."""
+segments (offsets.topic.segment.bytes); commits are written with acks='all', and
+min_insync_replicas follows the replication factor as for any topic (2 with 3 replicas)."""
 ATTACH_RETRY_S = 1.0
 """How long the controller waits before asking a replica it could not reach whether it is back."""
+
+logger = logging.getLogger(__name__)
 
 
 class Controller:
@@ -86,6 +106,14 @@ class Controller:
         self._offsets_creation: asyncio.Lock | None = None
         self._creating: dict[str, dict] = {}
         """Topics whose replicas are still starting: replicas started, asked for, and missing."""
+        self._seen: dict[tuple, float] = {}
+        """Replica -> time.monotonic() of its last heartbeat (soft state: never logged; a restarted
+        controller gives every replica a fresh session)."""
+        self._fenced: set[tuple] = set()
+        """Replicas fenced for their silence; the next heartbeat of one brings it back."""
+        self._coordinator_pings: dict[int, tuple[asyncio.Future, float]] = {}
+        """Offsets partition -> (the ping in flight to its coordinator, when it was sent)."""
+        self._coordinator_answered: dict[int, float] = {}
 
     # --- metadata log --------------------------------------------------------------------
 
@@ -126,9 +154,13 @@ class Controller:
         keys = list(self.handles)
         statuses = await asyncio.gather(*(self._attach(k, timeout_s=self.config.request_timeout_ms / 1000)
                                           for k in keys), return_exceptions=True)
+        loop = asyncio.get_running_loop()
         for key, status in zip(keys, statuses):
             if isinstance(status, dict):
                 self._mark_alive(key)
+            else:
+                # Not answering yet (stopped, or recovering a large log): watched from when it does.
+                self._background.append(loop.create_task(self._await_return(key)))
         for topic in list(self.state.topics.values()):
             for p in range(len(topic.partitions)):
                 self._elect_if_needed(topic, p)
@@ -140,7 +172,6 @@ class Controller:
             topic = self.state.topic(OFFSETS_TOPIC)
             for p in range(len(topic.partitions)):
                 self._ensure_coordinator(topic, p)
-        loop = asyncio.get_running_loop()
         self._background.append(loop.create_task(self._node_loop()))
         self._background.append(loop.create_task(self._preferred_leader_loop()))
 
@@ -161,8 +192,22 @@ class Controller:
         return died
 
     async def _node_loop(self) -> None:
+        interval_s = self.config.node_check_interval_ms / 1000
+        last = time.monotonic()
         while True:
-            await asyncio.sleep(self.config.node_check_interval_ms / 1000)
+            await asyncio.sleep(interval_s)
+            now = time.monotonic()
+            if now - last > interval_s + self.config.replica_session_timeout_ms / 2000:
+                # This controller itself was paused: the heartbeats it missed are queued behind this
+                # check. Everyone gets a fresh session rather than being fenced for our silence.
+                logger.warning("controller loop was %.1f s late (paused?); every replica gets a fresh session",
+                               now - last - interval_s)
+                for key in self._seen:
+                    self._seen[key] = now
+                self._coordinator_pings.clear()
+            last = now
+            self._fence_silent_replicas(now)
+            self._check_coordinators(now)
             try:
                 died = await self._refresh_nodes()
             except Exception:  # noqa: BLE001 - the GCS hiccuped: look again next round
@@ -170,6 +215,82 @@ class Controller:
             if died:
                 self._nodes_died(died)
             self._heal()
+
+    # --- liveness: heartbeats and fencing --------------------------------------------------------
+
+    async def replica_heartbeat(self, topic_id: str, partition: int, replica_id: int, leader_epoch: int,
+                                partition_epoch: int) -> dict:
+        """A replica's heartbeat (Kafka's BrokerHeartbeat, per replica). Renews its session; answers
+        whether it is a replica of a partition the controller knows (only then may it hold a lease)
+        and, when its state is older than the controller's, the current one. A fenced replica that
+        heartbeats again is alive again, and is told its state (it rejoins as a follower)."""
+        key = (args.text("topic_id", topic_id, 64), args.integer("partition", partition, 0, args.INT32_MAX),
+               args.integer("replica_id", replica_id, 0, args.INT32_MAX))
+        leader_epoch = args.integer("leader_epoch", leader_epoch, -1, args.INT32_MAX)
+        partition_epoch = args.integer("partition_epoch", partition_epoch, -1, args.INT32_MAX)
+        found = self._locate(key)
+        reply = {"controller_pid": os.getpid(), "member": found is not None, "state": None}
+        if found is None:
+            return reply
+        self._seen[key] = time.monotonic()
+        if self._started is None:
+            self._started = asyncio.get_running_loop().create_task(self._start())
+        topic, p = found
+        if key in self._fenced and self._started.done() and key in self.handles:
+            self._fenced.discard(key)
+            logger.info("replica %d of %s-%d heartbeats again: alive, told its state", replica_id, topic.name, p)
+            self._mark_alive(key)
+            self._elect_if_needed(topic, p)
+            self._push(topic, p)
+        part = topic.partitions[p]
+        if (part["leader_epoch"], part["partition_epoch"]) > (leader_epoch, partition_epoch):
+            reply["state"] = self._view(topic, p)
+        return reply
+
+    def _fence_silent_replicas(self, now: float) -> None:
+        """Fence every live replica whose heartbeats stopped for replica_session_timeout_ms: it leaves
+        the ISR and, if it led, another in-sync replica is elected (its lease has lapsed by then)."""
+        limit_s = self.config.replica_session_timeout_ms / 1000
+        for key in list(self.alive):
+            if now - self._seen.get(key, now) > limit_s:
+                found = self._locate(key)
+                name = f"{found[0].name}-{found[1]}" if found else str(key)
+                logger.warning("fencing replica %d of %s: no heartbeat for %.1f s (paused or hung)", key[2], name,
+                               now - self._seen[key])
+                self._fenced.add(key)
+                self._replica_died(key)
+
+    def _check_coordinators(self, now: float) -> None:
+        """Ping each group coordinator once per heartbeat interval; kill one that has not answered for
+        the session timeout (paused or hung), so Ray restarts it and it replays its partition."""
+        if OFFSETS_TOPIC not in self.state.topics or (self._offsets_creation is not None
+                                                      and self._offsets_creation.locked()):
+            return
+        interval_s = self.config.replica_heartbeat_interval_ms / 1000
+        limit_s = self.config.replica_session_timeout_ms / 1000
+        for p in range(len(self.state.topic(OFFSETS_TOPIC).partitions)):
+            ping = self._coordinator_pings.get(p)
+            if ping is not None and ping[0].done():
+                if ping[0].exception() is None:
+                    self._coordinator_answered[p] = now
+                del self._coordinator_pings[p]
+                ping = None
+            if ping is None:
+                if now - self._coordinator_answered.get(p, 0.0) >= interval_s:
+                    try:
+                        handle = ray.get_actor(coordinator_actor_name(p), namespace=self.namespace)
+                    except ValueError:
+                        continue
+                    self._coordinator_pings[p] = (asyncio.wrap_future(handle.ping.remote().future()), now)
+                continue
+            if now - ping[1] > limit_s:
+                del self._coordinator_pings[p]
+                logger.warning("group coordinator %d answered no ping for %.1f s (paused or hung): restarting it",
+                               p, now - ping[1])
+                try:
+                    ray.kill(ray.get_actor(coordinator_actor_name(p), namespace=self.namespace), no_restart=False)
+                except ValueError:
+                    pass
 
     async def _preferred_leader_loop(self) -> None:
         while self.config.auto_leader_rebalance_enable:
@@ -211,6 +332,7 @@ class Controller:
 
     def _mark_alive(self, key: tuple) -> None:
         self.alive.add(key)
+        self._seen[key] = max(self._seen.get(key, 0.0), time.monotonic())
         task = self._watchers.get(key)
         if task is None or task.done():
             self._watchers[key] = asyncio.get_running_loop().create_task(self._watch(key))
@@ -416,7 +538,9 @@ class Controller:
         """Preferred leader election now (all partitions, or the (topic, partition) pairs given);
         returns the partitions whose leader moved."""
         await self._ensure_started()
-        wanted = None if partitions is None else {(t, int(p)) for t, p in partitions}
+        wanted = None if partitions is None else {
+            (args.text("topic", t, 249), args.integer("partition", p, 0, args.INT32_MAX))
+            for t, p in (args.sequence("pair", tp) for tp in args.sequence("partitions", partitions))}
         if wanted:
             for t, p in wanted:
                 self.state.partition(t, p)
@@ -425,7 +549,12 @@ class Controller:
     async def alter_isr(self, topic_name: str, partition: int, leader_id: int, leader_epoch: int,
                         partition_epoch: int, new_isr: list[int]) -> dict:
         """A leader's ISR proposal; returns the partition's new state or raises FencedLeaderEpochError."""
+        for name, value in (("partition", partition), ("leader_id", leader_id), ("leader_epoch", leader_epoch),
+                            ("partition_epoch", partition_epoch)):
+            args.integer(name, value, 0, args.INT32_MAX)
+        new_isr = [args.integer("new_isr", r, 0, args.INT32_MAX) for r in args.sequence("new_isr", new_isr, 1024)]
         await self._ensure_started()
+        self.state.partition(topic_name, partition)
         topic = self.state.topic(topic_name)
         before = dict(topic.partitions[partition])
         records, state = self.state.alter_isr(topic_name, partition, leader_id, leader_epoch, partition_epoch,
@@ -439,6 +568,12 @@ class Controller:
     async def reassign_partitions(self, reassignments: dict) -> dict:
         """{(topic, partition): [node id, ...]} -> the partitions' new replica lists (the new
         replicas catch up before the old ones are dropped)."""
+        args.mapping("reassignments", reassignments)
+        for key, target_nodes in reassignments.items():
+            name, p = args.sequence("(topic, partition)", key)
+            self.state.partition(name, p)
+            for node in args.sequence("nodes", target_nodes, 1024):
+                args.text("node id", node, 128)
         await self._ensure_started()
         out = {}
         for (name, p), target_nodes in reassignments.items():
@@ -468,6 +603,11 @@ class Controller:
 
     async def create_topic(self, name: str, num_partitions: int = 1, replication_factor: int = 1,
                            config: dict | None = None, internal: bool = False) -> TopicDescription:
+        validate_topic_name(name)
+        validate_topic_shape(num_partitions, replication_factor)
+        config = args.mapping("config", config or {})
+        if not isinstance(internal, bool):
+            raise InvalidRequestError(f"internal must be a bool, got {internal!r}")
         await self._ensure_started()
         if name in INTERNAL_TOPICS and not internal:
             raise InvalidTopicError(f"topic name {name!r} is reserved for raylog's internal use")
@@ -495,6 +635,7 @@ class Controller:
     async def creation_progress(self, name: str) -> dict:
         """How far the creation (or growth) of a topic has got: replicas started of those asked for,
         and the (partition, replica) pairs still missing; ``done`` once none is."""
+        validate_topic_name(name)
         await self._ensure_started()
         progress = self._creating.get(name)
         if progress is None:
@@ -549,6 +690,7 @@ class Controller:
         return {name: len(t.partitions) for name, t in self.state.topics.items() if name not in INTERNAL_TOPICS}
 
     async def create_partitions(self, name: str, total: int) -> TopicDescription:
+        validate_topic_name(name)
         await self._ensure_started()
         await self._refresh_nodes()
         topic = self.state.topic(name)
@@ -610,6 +752,7 @@ class Controller:
         """Record the deletion, then remove each replica's files in the background: a replica that
         is down or stops answering is finished later (its node's files are removed once the node
         answers), and a new topic of the same name never reopens them (its topic id differs)."""
+        validate_topic_name(name)
         await self._ensure_started()
         if name in INTERNAL_TOPICS:
             raise InvalidTopicError(f"topic {name!r} is raylog's own and cannot be deleted")
@@ -655,11 +798,13 @@ class Controller:
         return sorted(n for n in self.state.topics if include_internal or n not in INTERNAL_TOPICS)
 
     async def describe_topic(self, name: str) -> TopicDescription:
+        validate_topic_name(name)
         await self._ensure_started()
         return self._describe(self.state.topic(name))
 
     async def topic_metadata(self, name: str) -> tuple[TopicDescription, list]:
         """The topic's description and each partition's leader handle (None while offline)."""
+        validate_topic_name(name)
         await self._ensure_started()
         topic = self.state.topic(name)
         leaders = []
@@ -675,6 +820,7 @@ class Controller:
 
     async def partition_states(self, name: str) -> list[dict]:
         """Per partition: leader, replicas (with node and liveness), ISR, epochs, reassignment."""
+        validate_topic_name(name)
         await self._ensure_started()
         topic = self.state.topic(name)
         out = []
@@ -693,6 +839,7 @@ class Controller:
 
     async def replica_handles(self, name: str, partition: int) -> dict:
         """replica id -> actor handle, for admin calls that need a follower (describe, tests)."""
+        validate_topic_name(name)
         await self._ensure_started()
         topic = self.state.topic(name)
         part = self.state.partition(name, partition)
@@ -729,6 +876,7 @@ class Controller:
 
     async def check_topic(self, name: str) -> None:
         """Raise UnknownTopicOrPartitionError unless the topic exists."""
+        validate_topic_name(name)
         await self._ensure_started()
         if name not in self.state.topics:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")

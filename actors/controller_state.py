@@ -34,11 +34,12 @@ node) can never change the ISR.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from raylog.config import TopicConfig
+from raylog.config import TopicConfig, default_min_insync_replicas
 from raylog.errors import (
     FencedLeaderEpochError, InvalidConfigError, InvalidPartitionError, InvalidReplicationFactorError,
     TopicAlreadyExistsError, UnknownTopicOrPartitionError,
@@ -96,6 +97,8 @@ class ControllerState:
             raise TopicAlreadyExistsError(f"topic {name!r} already exists")
         validate_topic_shape(num_partitions, replication_factor)
         cfg = TopicConfig.from_mapping(config)
+        if not any(str(k).replace(".", "_") == "min_insync_replicas" for k in config):
+            cfg = dataclasses.replace(cfg, min_insync_replicas=default_min_insync_replicas(replication_factor))
         if cfg.min_insync_replicas > replication_factor:
             raise InvalidConfigError(f"min_insync_replicas {cfg.min_insync_replicas} is above the replication "
                                      f"factor {replication_factor}: acks='all' could never succeed")

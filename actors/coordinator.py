@@ -14,7 +14,19 @@ Fencing: the coordinator writes as an idempotent producer with a producer id
 fixed per partition and an epoch one above the highest found in the log, so
 when a coordinator comes back while an old one still runs (a zombie on a lost
 node), the replica refuses the old one's writes (InvalidProducerEpochError)
-and the old one stops serving.
+and the old one stops serving. A paused coordinator is killed by the
+controller, which pings it, and restarted by Ray.
+
+A write whose outcome is unknown (its acks='all' wait timed out, the leader
+moved while it was in flight) may be in the log. It stays *pending*: before
+anything else is written, the same bytes (same producer sequence) are sent
+again until the replica says where they are (a duplicate answer) or that it
+appended them now, and only then are its records replayed. A write never
+reuses a pending write's sequence for other records: the replica would answer
+"duplicate" with the first write's offsets and the coordinator would
+acknowledge records that are not in the log. When the replica no longer
+knows the sequence (state lost in an unclean election), the coordinator
+reloads its whole partition instead.
 
 Timers (session timeouts, revocation timeouts) come from the state's
 ``next_deadline``; an idle coordinator with no members sleeps.
@@ -28,9 +40,13 @@ import time
 import numpy as np
 import ray
 
+from actors import arguments as args
 from actors.group_state import GroupCoordinatorState, HeartbeatRequest, Record
 from raylog.config import ClusterConfig
-from raylog.errors import CoordinatorNotAvailableError, InvalidProducerEpochError, RaylogError
+from raylog.errors import (
+    CoordinatorNotAvailableError, DuplicateSequenceError, InvalidProducerEpochError, InvalidRequestError,
+    OutOfOrderSequenceError, RaylogError,
+)
 from raylog.naming import CONTROLLER_ACTOR_NAME, OFFSETS_TOPIC
 from raylog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from raylog.ray_calls import translate
@@ -53,6 +69,8 @@ class GroupCoordinator:
         self.producer_id = PRODUCER_ID_BASE + partition
         self._epoch = 0
         self._sequence = 0
+        self._pending: tuple[np.ndarray, list[Record]] | None = None
+        """A written batch whose outcome is unknown, and its records (see the module doc)."""
         self._loaded: asyncio.Task | None = None
         self._lock: asyncio.Lock | None = None
         self._timer = None
@@ -64,8 +82,11 @@ class GroupCoordinator:
     # --- start-up: replay the partition -----------------------------------------------------
 
     async def _ready(self) -> None:
-        if self._loaded is None:
+        if self._lock is None:
             self._lock = asyncio.Lock()
+        if self._loaded is None or (self._loaded.done() and self._loaded.exception() is not None):
+            # First call, or the last load failed (no leader, or a new leader not yet able to say
+            # where its log ends): load again rather than fail every request for good.
             self._loaded = asyncio.get_running_loop().create_task(self._load())
         await asyncio.shield(self._loaded)
         if self._fenced is not None:
@@ -82,14 +103,17 @@ class GroupCoordinator:
         if self._leader is None:
             raise CoordinatorNotAvailableError(f"{OFFSETS_TOPIC}-{self.partition} has no leader now")
 
-    async def _call_leader(self, method: str, *args):
-        """Call the offsets partition's leader, following it through leader changes."""
+    async def _call_leader(self, method: str, *args, with_epoch: bool = False, **kwargs):
+        """Call the offsets partition's leader, following it through leader changes. With
+        ``with_epoch`` each attempt names the leader epoch of the leader it goes to (``leader_epoch=``),
+        so a retry after a leader change is not fenced for the epoch the first attempt saw."""
         deadline = time.monotonic() + self.config.request_timeout_ms / 1000
         while True:
             try:
                 if self._leader is None:
                     await self._refresh_leader()
-                return await getattr(self._leader, method).remote(*args)
+                extra = {"leader_epoch": self._leader_epoch} if with_epoch else {}
+                return await getattr(self._leader, method).remote(*args, **kwargs, **extra)
             except Exception as exc:  # noqa: BLE001 - sorted below
                 err = translate(exc)
                 if not getattr(err, "retriable", False) or time.monotonic() > deadline:
@@ -98,6 +122,8 @@ class GroupCoordinator:
                 await asyncio.sleep(RETRY_BACKOFF_S)
 
     async def _load(self) -> None:
+        self.state = GroupCoordinatorState(wall_clock_ms)
+        self._pending = None
         offset = (await self._call_leader("list_offsets", EARLIEST_TIMESTAMP))[0]
         end = (await self._call_leader("list_offsets", LATEST_TIMESTAMP))[0]
         highest_epoch = -1
@@ -121,29 +147,55 @@ class GroupCoordinator:
 
     # --- writing records ------------------------------------------------------------------------
 
-    async def _append(self, records: list[Record]) -> None:
+    async def _write(self, records: list[Record]) -> None:
+        """Write records as the next batch of this coordinator's producer sequence, then replay them.
+        On an unknown outcome the batch stays pending (and the error is raised)."""
         encoded = [r.to_bytes() for r in records]
         buf = record_batch.build([v for _, v in encoded], keys=[k for k, _ in encoded],
                                  timestamps_ms=wall_clock_ms(), producer_id=self.producer_id,
                                  producer_epoch=self._epoch, base_sequence=self._sequence)
+        self._pending = (np.frombuffer(buf, dtype=np.uint8), records)
+        await self._settle_pending()
+
+    async def _settle_pending(self) -> None:
+        """Send the pending batch (again) until the replica says where it is; then replay its records
+        and move the sequence past it."""
+        if self._pending is None:
+            return
+        buf, records = self._pending
         try:
-            await self._call_leader("produce", np.frombuffer(buf, dtype=np.uint8), -1, self._leader_epoch,
-                                    self.config.request_timeout_ms)
+            await self._call_leader("produce", buf, -1, timeout_ms=self.config.request_timeout_ms, with_epoch=True)
         except InvalidProducerEpochError as exc:
             self._fenced = exc
             raise CoordinatorNotAvailableError(
                 f"coordinator {self.partition} was replaced by a newer one") from None
+        except (OutOfOrderSequenceError, DuplicateSequenceError) as exc:
+            # The replica no longer knows this producer's sequences (an unclean election): whether the
+            # batch is in the log can only be read from the log.
+            self._loaded = None
+            raise CoordinatorNotAvailableError(
+                f"coordinator {self.partition} lost track of its last write ({exc}); reloading its partition") from None
+        except RaylogError as exc:
+            if exc.retriable:
+                raise
+            # Rejected for good (never in the log): the replica counts its sequence as used.
+            self._pending = None
+            self._sequence = (self._sequence + len(records)) & SEQUENCE_MASK
+            raise
+        self._pending = None
         self._sequence = (self._sequence + len(records)) & SEQUENCE_MASK
+        for record in records:
+            self.state.replay(record)
 
     async def _handle(self, handler):
         """Run a handler, persist its records, replay them, answer: one request at a time."""
         await self._ready()
         async with self._lock:
+            await self._ready()  # a reload may have been asked for while this request waited
+            await self._settle_pending()
             records, response = handler()
             if records:
-                await self._append(records)
-                for record in records:
-                    self.state.replay(record)
+                await self._write(records)
             self._schedule_timer()
             return response
 
@@ -180,11 +232,7 @@ class GroupCoordinator:
 
     async def heartbeat(self, request: dict) -> dict:
         """KIP-848's ConsumerGroupHeartbeat, as plain dicts over the wire."""
-        request = dict(request)
-        for name in ("subscribed_topics", "owned_partitions"):
-            if request.get(name) is not None:
-                request[name] = tuple(tuple(x) if isinstance(x, list) else x for x in request[name])
-        req = HeartbeatRequest(**request)
+        req = _heartbeat_request(request)
         topics = await self._cluster_topics()
         response = await self._handle(lambda: self.state.heartbeat(req, topics))
         return {"member_id": response.member_id, "member_epoch": response.member_epoch,
@@ -194,12 +242,17 @@ class GroupCoordinator:
     async def commit_offsets(self, group_id: str, member_id: str | None, member_epoch: int,
                              offsets: list) -> None:
         """``offsets``: [[topic, partition, offset, metadata], ...]."""
-        request = {(t, p): (o, m) for t, p, o, m in offsets}
+        args.optional_text("member_id", member_id)
+        args.integer("member_epoch", member_epoch, -2, args.INT32_MAX)
+        request = {(args.text("topic", t, 249), args.integer("partition", p, 0, args.INT32_MAX)):
+                   (args.integer("offset", o, 0), args.text("metadata", m, 4096, empty=True))
+                   for t, p, o, m in _rows(offsets, 4)}
         await self._handle(lambda: self.state.commit_offsets(group_id, member_id, member_epoch, request))
 
     async def fetch_offsets(self, group_id: str, partitions: list | None = None) -> list:
         await self._ready()
-        wanted = None if partitions is None else [tuple(tp) for tp in partitions]
+        wanted = None if partitions is None else [
+            (args.text("topic", t, 249), args.integer("partition", p, 0, args.INT32_MAX)) for t, p in _rows(partitions, 2)]
         found = self.state.fetch_offsets(group_id, wanted)
         return [[t, p, o, m] for (t, p), (o, m) in sorted(found.items())]
 
@@ -216,10 +269,46 @@ class GroupCoordinator:
 
     async def reset_offsets(self, group_id: str, offsets: list) -> None:
         """``offsets``: [[topic, partition, offset or None], ...] (None deletes the commit)."""
-        request = {(t, p): o for t, p, o in offsets}
+        request = {(args.text("topic", t, 249), args.integer("partition", p, 0, args.INT32_MAX)):
+                   args.optional_integer("offset", o, 0) for t, p, o in _rows(offsets, 3)}
         await self._handle(lambda: self.state.reset_offsets(group_id, request))
 
     async def ping(self) -> int:
         import os
 
         return os.getpid()
+
+
+def _rows(value, width: int) -> list:
+    """A list of ``width``-long lists (offsets, partitions), as the clients send them."""
+    rows = args.sequence("rows", value)
+    for row in rows:
+        if not isinstance(row, (list, tuple)) or len(row) != width:
+            raise InvalidRequestError(f"each row must be a list of {width} items, got {row!r:.60}")
+    return rows
+
+
+_HEARTBEAT_FIELDS = frozenset(HeartbeatRequest.__dataclass_fields__)
+
+
+def _heartbeat_request(request) -> HeartbeatRequest:
+    """A HeartbeatRequest from the plain dict the client sends (lists for tuples)."""
+    request = dict(args.mapping("heartbeat request", request, ("group_id", "member_id", "member_epoch"),
+                                _HEARTBEAT_FIELDS))
+    args.text("member_id", request["member_id"])
+    args.integer("member_epoch", request["member_epoch"], -2, args.INT32_MAX)
+    for name in ("instance_id", "subscribed_pattern", "assignor"):
+        args.optional_text(name, request.get(name))
+    for name in ("client_id", "client_host"):
+        args.text(name, request.get(name, ""), empty=True)
+    for name in ("rebalance_timeout_ms", "session_timeout_ms"):
+        if name in request:
+            args.integer(name, request[name], 1, args.INT32_MAX)
+    if request.get("subscribed_topics") is not None:
+        request["subscribed_topics"] = tuple(args.text("topic", t, 249)
+                                             for t in args.sequence("subscribed_topics", request["subscribed_topics"]))
+    if request.get("owned_partitions") is not None:
+        request["owned_partitions"] = tuple(
+            (args.text("topic", t, 249), args.integer("partition", p, 0, args.INT32_MAX))
+            for t, p in _rows(request["owned_partitions"], 2))
+    return HeartbeatRequest(**request)

@@ -23,6 +23,20 @@ Replication (Kafka's design; the pure decisions are in replica_state.py):
   proposes ISR changes to the controller, which fences stale leaders.
 - Consumers read only below the high watermark; followers read to the log end.
 
+Liveness (Kafka's broker heartbeats and fencing, per replica): every replica
+heartbeats the controller every replica_heartbeat_interval_ms, and a leader
+holds a *lease* of replica_session_timeout_ms (less a margin) from the moment
+it sent the last heartbeat the controller answered. The controller fences a
+replica whose heartbeats stop for the session timeout (a paused or hung
+process Ray still thinks alive) and elects another leader; since the lease
+counts from before the controller's receipt, it lapses before the controller
+can fence. A leader whose lease lapsed acknowledges nothing (produce,
+acks='all' completions, delete_records) until a heartbeat answers again, and
+that answer carries the partition's current state: a leader that was fenced
+while it slept steps down. A controller that answers no heartbeat for the
+session timeout is killed (once, by whichever replica gets there first) and
+Ray restarts it from its metadata log.
+
 Imports stay lean (no pyspark, pandas, pyarrow or raylog clients): every
 replica is its own process and each import costs memory per partition.
 """
@@ -38,12 +52,14 @@ from pathlib import Path
 
 import numpy as np
 
-from actors.replica_state import FOLLOWER, LEADER, NONE, ReplicaState, truncation_offset
+from actors import arguments as args
+from actors.replica_state import FOLLOWER, LEADER, NONE, ReplicaState, out_of_range_target, truncation_offset
 from raylog import memory
 from raylog.config import ClusterConfig, TopicConfig
 from raylog.errors import (
-    FencedLeaderEpochError, KafkaTimeoutError, LeaderNotAvailableError, NotEnoughReplicasError,
-    NotLeaderForPartitionError, OffsetOutOfRangeError, OutOfOrderSequenceError, RaylogError,
+    FencedLeaderEpochError, InvalidOffsetError, KafkaStorageError, KafkaTimeoutError, LeaderNotAvailableError,
+    NotEnoughReplicasError, NotLeaderForPartitionError, OffsetNotAvailableError, OffsetOutOfRangeError,
+    InvalidRequestError, OutOfOrderSequenceError, RaylogError,
 )
 from raylog.naming import CONTROLLER_ACTOR_NAME
 from raylog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
@@ -63,16 +79,17 @@ a moment, and a deadline that stays due cannot spin."""
 MAX_TIMER_S = 3600.0
 """A maintenance deadline further away than this is re-checked then (the clock may jump)."""
 SEQUENCE_WAIT_S = 10.0
-"""How long a batch whose sequence skips ahead waits for the batches before it."""
-UNKNOWN_PRODUCER_WAIT_S = 2.0
-"""How long a first-seen producer's batch with sequence > 0 waits for sequence 0 before the
-replica takes it as the producer's start (its state was lost, e.g. written before the last roll)."""
+"""How long a batch whose sequence skips ahead (or a first-seen producer's batch with sequence > 0)
+waits for the batches before it; then it fails, not appended, and the producer re-sequences it."""
 ACKS_ALL_TIMEOUT_MS = 30_000
 """How long an acks='all' produce waits for the ISR when the producer names no timeout."""
 HW_CHECKPOINT_DELAY_S = 1.0
 """A changed high watermark is checkpointed this long after the change, once (not per append)."""
 FOLLOWER_BACKOFF_S = (0.05, 1.0)
-"""A follower whose fetch failed waits from the first to the second, doubling."""
+"""A follower whose fetch or append failed waits from the first to the second, doubling."""
+LEASE_MARGIN_MS = 1000
+"""A leader's lease ends this much (at most a tenth of the session) before the controller could fence
+it: room for the two clocks' rates and the fencing check's own period."""
 PARTITION_METADATA_HEADER = "raylog-partition 1"
 
 logger = logging.getLogger(__name__)
@@ -123,6 +140,12 @@ class PartitionReplica:
         self._controller = None
         self._forever: asyncio.Future | None = None
         self._deleted = False
+        self._lease_until = 0.0
+        """time.monotonic() until which this replica may act as a leader (see the module doc)."""
+        self._heartbeat: asyncio.Future | None = None
+        self._heartbeat_sent_at = 0.0
+        self._controller_pid: int | None = None
+        self._follower_error: str | None = None
         self.replication_stats = {"follower_fetches_served": 0, "follower_bytes_served": 0,
                                   "fetches_as_follower": 0, "bytes_fetched_as_follower": 0}
         """Plain counters (bench/replication_bench.py reads them): replication's calls and bytes."""
@@ -159,6 +182,7 @@ class PartitionReplica:
         self._changed = asyncio.Event()
         self._sequence_moved = asyncio.Condition()
         self._forever = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().create_task(self._heartbeat_loop())
         self._schedule_maintenance()
         if self._initial_state is not None:
             self._apply_state(self._initial_state)
@@ -202,7 +226,10 @@ class PartitionReplica:
         self._maintenance_timer = None
         if self._deleted:
             return
-        self.maintain(compact=False)
+        try:
+            self.maintain(compact=False)
+        except KafkaStorageError as exc:  # a full disk: retention and flush are tried again next time
+            logger.warning("%s-%d: maintenance failed: %s", self.topic, self.partition, exc)
         if self._compaction_wanted() and time.monotonic() - self._last_compaction >= COMPACTION_INTERVAL_S:
             self._compaction = asyncio.get_running_loop().create_task(self._compact())
         self._schedule_maintenance()
@@ -237,6 +264,7 @@ class PartitionReplica:
             await asyncio.to_thread(lambda: [seg.sync_data() for seg in segments])
         finally:
             self._syncing = False
+            self.log.mark_synced(segments)  # the recovery point moves past them (or they are handed out again)
         self._schedule_maintenance()
 
     def maintain(self, compact: bool = True) -> dict:
@@ -244,8 +272,7 @@ class PartitionReplica:
         run a whole cleaning round."""
         deleted = self.log.delete_old_segments()
         if deleted:
-            self.state.on_log_start_moved(self.log.log_start_offset)
-            self.epochs.truncate_from_start(self.log.log_start_offset)
+            self._advance_log_start(self.log.log_start_offset)
         self.log.maybe_flush()
         compacted = 0
         if compact and self.config.cleanup_policy == "compact":
@@ -269,7 +296,7 @@ class PartitionReplica:
     async def set_state(self, state: dict) -> dict:
         """Take the role the controller decided (ignored when older than the one held)."""
         self._ensure_started()
-        self._apply_state(state)
+        self._apply_state(_checked_state(state))
         return self.status()
 
     def _apply_state(self, st: dict) -> None:
@@ -277,8 +304,8 @@ class PartitionReplica:
             self._become_none(NotLeaderForPartitionError(f"{self.topic}-{self.partition} was deleted"))
             return
         same_epoch = st["leader_epoch"] == self.state.leader_epoch
-        if not self.state.is_newer(st["leader_epoch"], st["partition_epoch"]) and self.state.role != NONE:
-            return
+        if not self.state.is_newer(st["leader_epoch"], st["partition_epoch"]):
+            return  # whatever the role: a late, older state must not make an offline replica lead again
         replicas, isr, leader = st["replicas"], st["isr"], st["leader"]
         if leader == self.replica_id:
             if not (same_epoch and self.state.role == LEADER):
@@ -320,7 +347,102 @@ class PartitionReplica:
             "isr": sorted(self.state.isr), "log_start_offset": self.log.log_start_offset,
             "log_end_offset": self.log.log_end_offset, "high_watermark": self.state.high_watermark,
             "latest_epoch": self.epochs.latest_epoch(), "replication": dict(self.replication_stats),
+            "lease_ms_left": max(0, int((self._lease_until - time.monotonic()) * 1000)),
+            "follower_error": self._follower_error,
         }
+
+    # --- liveness: heartbeats, the lease, a silent controller --------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        interval_s = self.cluster.replica_heartbeat_interval_ms / 1000
+        while not self._deleted:
+            try:
+                await self._heartbeat_round(interval_s)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - a bug here must not end the heartbeats (the lease would lapse)
+                logger.exception("%s-%d replica %d: heartbeat failed", self.topic, self.partition, self.replica_id)
+            await asyncio.sleep(interval_s)
+
+    async def _heartbeat_round(self, wait_s: float) -> None:
+        """Send a heartbeat, unless one is still unanswered (a silent controller must not find a pile
+        of them when it wakes), and wait up to ``wait_s`` for the answer: it renews the lease and
+        carries the partition's state when the controller holds a newer one than ours."""
+        if self._heartbeat is None:
+            try:
+                controller = self._controller_handle()
+            except ValueError:
+                return  # no controller registered (restarting): try again next round
+            self._heartbeat_sent_at = time.monotonic()
+            ref = controller.replica_heartbeat.remote(self.topic_id, self.partition, self.replica_id,
+                                                      self.state.leader_epoch, self.state.partition_epoch)
+            self._heartbeat = asyncio.wrap_future(ref.future())
+        heartbeat, sent_at = self._heartbeat, self._heartbeat_sent_at
+        try:
+            reply = await asyncio.wait_for(asyncio.shield(heartbeat), wait_s)
+        except asyncio.TimeoutError:
+            if time.monotonic() - sent_at > self.cluster.replica_session_timeout_ms / 1000:
+                self._heartbeat = None
+                await self._restart_silent_controller()
+            return
+        except Exception:  # noqa: BLE001 - the controller died or restarts: find it again next round
+            if self._heartbeat is heartbeat:
+                self._heartbeat = None
+            self._controller = None
+            return
+        if self._heartbeat is heartbeat:
+            self._heartbeat = None
+        self._controller_pid = reply["controller_pid"]
+        if reply["member"]:
+            session_ms = self.cluster.replica_session_timeout_ms
+            lease_ms = session_ms - min(LEASE_MARGIN_MS, session_ms // 10)
+            self._lease_until = max(self._lease_until, sent_at + lease_ms / 1000)
+        if reply["state"] is not None and not self._deleted:
+            self._apply_state(reply["state"])
+
+    def _lease_held(self) -> bool:
+        return time.monotonic() < self._lease_until
+
+    def _check_lease(self) -> None:
+        if not self._lease_held():
+            raise NotLeaderForPartitionError(
+                f"replica {self.replica_id} of {self.topic}-{self.partition} holds no lease: the controller has "
+                f"answered none of its heartbeats for {self.cluster.replica_session_timeout_ms} ms (it was paused, "
+                "or the controller was), so it may have been replaced; it acknowledges nothing until the "
+                "controller answers again")
+
+    async def _ensure_lease(self) -> None:
+        """Before acting as the leader with a lapsed lease: one heartbeat, whose answer may say this
+        replica was fenced meanwhile (the role check after it then refuses the request)."""
+        if not self._lease_held():
+            await self._heartbeat_round(min(self.cluster.request_timeout_ms / 1000,
+                                            self.cluster.replica_session_timeout_ms / 1000))
+
+    async def _restart_silent_controller(self) -> None:
+        """The controller answered no heartbeat for the session timeout: it is paused or hung (Ray
+        only notices dead processes). Have Ray kill and restart it; the new one replays its metadata
+        log. Every replica sees the same silence, so the first to claim that controller process in
+        Ray's key-value store does it, once."""
+        pid, namespace = self._controller_pid, self.cluster.namespace
+
+        def kill() -> bool:
+            import ray
+            from ray.experimental import internal_kv
+
+            if pid is not None and internal_kv._internal_kv_put(
+                    f"controller-restart/{pid}", b"1", overwrite=False, namespace=namespace):
+                return False
+            ray.kill(ray.get_actor(CONTROLLER_ACTOR_NAME, namespace=namespace), no_restart=False)
+            return True
+
+        try:
+            if await asyncio.to_thread(kill):
+                logger.warning("%s-%d replica %d: the controller (pid %s) answered no heartbeat for %d ms; "
+                               "restarted it", self.topic, self.partition, self.replica_id, pid,
+                               self.cluster.replica_session_timeout_ms)
+        except Exception:  # noqa: BLE001 - not registered (already restarting): nothing to kill
+            pass
+        self._controller = None
 
     # --- leader: ISR and high watermark ------------------------------------------------------
 
@@ -339,10 +461,17 @@ class PartitionReplica:
             if done:
                 self._acks_waiting = [(o, f) for o, f in self._acks_waiting if o > hw]
                 short = len(self.state.isr) < self.config.min_insync_replicas
+                leased = self._lease_held()
                 for _, fut in done:
                     if fut.done():
                         continue
-                    if short:
+                    if not leased:
+                        # Woken from a pause, this replica may have been replaced: the batch is retried
+                        # (same sequence) at whoever leads now, which knows whether it has it.
+                        fut.set_exception(NotLeaderForPartitionError(
+                            f"{self.topic}-{self.partition}: replica {self.replica_id} lost its lease before the "
+                            "batch was acknowledged"))
+                    elif short:
                         fut.set_exception(NotEnoughReplicasError(
                             f"{self.topic}-{self.partition}: the batch was appended but the ISR shrank to "
                             f"{len(self.state.isr)}, below min_insync_replicas {self.config.min_insync_replicas}"))
@@ -357,7 +486,11 @@ class PartitionReplica:
         if self._deleted:
             return
         hw = self.state.high_watermark
-        files.write_checkpoint(self.log.directory / files.HIGH_WATERMARK_FILE, hw)
+        try:
+            files.write_checkpoint(self.log.directory / files.HIGH_WATERMARK_FILE, hw)
+        except OSError as exc:  # a full disk: the next change tries again (a stale checkpoint only hides less)
+            logger.warning("%s-%d: high watermark checkpoint failed: %s", self.topic, self.partition, exc)
+            return
         self._hw_checkpointed = hw
 
     def _fail_waiting(self, error: BaseException) -> None:
@@ -383,9 +516,9 @@ class PartitionReplica:
             return
         if self.state.role == LEADER and new["leader"] == self.replica_id and \
                 new["leader_epoch"] == self.state.leader_epoch:
-            self.state.on_isr_committed(new["isr"], new["partition_epoch"])
-            self.state.replicas = tuple(r["replica_id"] for r in new["replicas"])
-            self._high_watermark_moved()
+            if self.state.on_isr_committed(new["isr"], new["partition_epoch"],
+                                           [r["replica_id"] for r in new["replicas"]]):
+                self._high_watermark_moved()
             self._maybe_propose_isr()
 
     def _schedule_lag_check(self) -> None:
@@ -413,50 +546,89 @@ class PartitionReplica:
     # --- follower ------------------------------------------------------------------------------
 
     async def _follow(self, generation: int) -> None:
+        """Copy the leader's log until the role or generation changes. Nothing ends this loop but
+        that: a failed fetch or append (the leader moved or died, a full disk, a log start that
+        moved under the fetch) is reported once and retried with a backoff."""
         backoff = FOLLOWER_BACKOFF_S[0]
         while self._generation == generation and self.state.role == FOLLOWER and not self._deleted:
             leader = self._leader
             try:
                 if self._needs_truncation:
                     await self._truncate_by_epoch(leader, generation)
-                    continue
-                response = await leader.fetch.remote(
-                    self.log.log_end_offset, self.cluster.replica_fetch_max_bytes,
-                    self.cluster.replica_fetch_wait_max_ms, 1, self.replica_id, self.state.leader_epoch)
+                else:
+                    await self._fetch_from_leader(leader, generation)
+                backoff = FOLLOWER_BACKOFF_S[0]
+                self._follower_error = None
+                continue
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - the leader died, moved or is behind: retry
+            except Exception as exc:  # noqa: BLE001 - sorted below; the loop never dies
                 err = _unwrap(exc)
                 if self._generation != generation:
                     return
                 if isinstance(err, OffsetOutOfRangeError):
-                    if self.log.log_end_offset < err.log_start_offset:
-                        self._truncate_fully(err.log_start_offset)
-                    else:
-                        self._needs_truncation = True
-                    continue
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, FOLLOWER_BACKOFF_S[1])
-                continue
-            backoff = FOLLOWER_BACKOFF_S[0]
-            if self._generation != generation:
-                return
-            records, leader_hw = response[0], response[1]
-            self.replication_stats["fetches_as_follower"] += 1
-            self.replication_stats["bytes_fetched_as_follower"] += len(records)
-            if len(records):
-                self._append_as_follower(records)
-            self.state.on_follower_append(self.log.log_end_offset, leader_hw)
-            if self.state.high_watermark != self._hw_checkpointed and self._hw_timer is None:
-                self._hw_timer = asyncio.get_running_loop().call_later(HW_CHECKPOINT_DELAY_S, self._checkpoint_hw)
+                    self._fetch_out_of_range(err)
+                elif isinstance(err, InvalidOffsetError):
+                    self._needs_truncation = True  # our log and the leader's disagree: re-check by epoch
+                text = f"{type(err).__name__}: {err}"
+                if text != self._follower_error:
+                    routine = isinstance(err, RaylogError) and not isinstance(err, (KafkaStorageError, InvalidOffsetError))
+                    logger.log(logging.INFO if routine else logging.WARNING,
+                               "%s-%d replica %d: following the leader failed (%s); retrying",
+                               self.topic, self.partition, self.replica_id, text)
+                self._follower_error = text
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, FOLLOWER_BACKOFF_S[1])
+
+    async def _fetch_from_leader(self, leader, generation: int) -> None:
+        response = await leader.fetch.remote(
+            self.log.log_end_offset, self.cluster.replica_fetch_max_bytes,
+            self.cluster.replica_fetch_wait_max_ms, 1, self.replica_id, self.state.leader_epoch)
+        if self._generation != generation:
+            return
+        records, leader_hw, leader_start = response[0], response[1], response[2]
+        self.replication_stats["fetches_as_follower"] += 1
+        self.replication_stats["bytes_fetched_as_follower"] += len(records)
+        if len(records):
+            self._append_as_follower(records)
+        # The leader's log start moves with delete_records and retention; a follower that kept its
+        # own would serve the deleted records again after a failover (Kafka's followers take it from
+        # every fetch response).
+        self._advance_log_start(min(leader_start, self.log.log_end_offset))
+        self.state.on_follower_append(self.log.log_end_offset, leader_hw)
+        if self.state.high_watermark != self._hw_checkpointed and self._hw_timer is None:
+            self._hw_timer = asyncio.get_running_loop().call_later(HW_CHECKPOINT_DELAY_S, self._checkpoint_hw)
+
+    def _fetch_out_of_range(self, err: OffsetOutOfRangeError) -> None:
+        action = out_of_range_target(self.log.log_end_offset, err.log_start_offset, err.log_end_offset)
+        if action is None:
+            self._needs_truncation = True
+        elif action[0] == "start_at":
+            self._truncate_fully(action[1])
+        else:
+            self._truncate(action[1])
 
     def _append_as_follower(self, records) -> None:
+        first = RecordBatch(records, 0).base_offset
+        if first < self.log.log_end_offset == self.log.log_start_offset:
+            # The leader's log start is inside this batch (delete_records, retention) and our log is
+            # empty from there: take the batch whole from its base, as Kafka's follower does on an
+            # UnexpectedAppendOffsetException; the leader's log start, applied next, hides the records
+            # below it again.
+            self._truncate_fully(first)
         self.log.append_as_follower(records)
         for batch in iter_batches(records):
             if batch.leader_epoch > self.epochs.latest_epoch():
                 self.epochs.assign(batch.leader_epoch, batch.base_offset)
         self.producers.record_batches(records)
         self._schedule_maintenance()
+
+    def _advance_log_start(self, offset: int) -> None:
+        """Move the log start up to ``offset`` (delete_records, the leader's, or retention's)."""
+        if offset > self.log.log_start_offset:
+            self.log.delete_records(offset)
+        self.state.on_log_start_moved(self.log.log_start_offset)
+        self.epochs.truncate_from_start(self.log.log_start_offset)
 
     async def _truncate_by_epoch(self, leader, generation: int) -> None:
         """KIP-101: ask the leader where our latest epoch ends there, cut what lies beyond."""
@@ -491,7 +663,8 @@ class PartitionReplica:
     async def end_offset_for_epoch(self, epoch: int, leader_epoch: int = -1) -> tuple[int, int]:
         """Kafka's OffsetsForLeaderEpoch: (the largest epoch <= ``epoch`` this leader knows, where it
         ended). Only the leader answers, at the caller's leader epoch."""
-        self._check_leader(leader_epoch)
+        epoch = args.integer("epoch", epoch, -1, args.INT32_MAX)
+        self._check_leader(args.integer("leader_epoch", leader_epoch, -1, args.INT32_MAX))
         return self.epochs.end_offset_for(epoch, self.log.log_end_offset)
 
     def _check_leader(self, leader_epoch: int | None) -> None:
@@ -520,8 +693,15 @@ class PartitionReplica:
         With acks='all' (-1) the answer waits until every ISR member has the
         batch; below min_insync_replicas it fails with NotEnoughReplicasError.
         """
+        records = args.buffer("records", records)
+        acks = args.one_of("acks", acks, (-1, 0, 1))
+        leader_epoch = args.optional_integer("leader_epoch", leader_epoch, -1, args.INT32_MAX)
+        timeout_ms = args.integer("timeout_ms", timeout_ms, 0, args.MAX_WAIT_MS)
         self._ensure_started()
         self._check_leader(leader_epoch)
+        await self._ensure_lease()
+        self._check_leader(leader_epoch)
+        self._check_lease()
         if acks == -1 and len(self.state.isr) < self.config.min_insync_replicas:
             raise NotEnoughReplicasError(
                 f"{self.topic}-{self.partition} has {len(self.state.isr)} in-sync replicas, below "
@@ -544,20 +724,21 @@ class PartitionReplica:
                 verdict, previous = self.producers.check(pid, epoch, base_seq)
                 if verdict != ProducerStateTable.WAIT:
                     break
-                known = self.producers.knows(pid, epoch)
-                remaining = start + (SEQUENCE_WAIT_S if known else UNKNOWN_PRODUCER_WAIT_S) - time.monotonic()
-                if remaining <= 0 and not known:
-                    verdict = ProducerStateTable.APPEND  # its earlier batches predate what we remember
-                    break
+                remaining = start + SEQUENCE_WAIT_S - time.monotonic()
                 if remaining <= 0:
+                    # Never taken as a fresh start: the batches before it may still be on their way,
+                    # and appending it first would reorder them. The producer re-sequences it from 0
+                    # under a new epoch (KIP-360), which also covers producer state lost to retention.
+                    known = "" if self.producers.knows(pid, epoch) else " (a producer or epoch this replica does not know)"
                     raise OutOfOrderSequenceError(
-                        f"producer {pid} batch with sequence {base_seq} waited {SEQUENCE_WAIT_S}s "
+                        f"producer {pid} batch with sequence {base_seq}{known} waited {SEQUENCE_WAIT_S}s "
                         "for the batches before it; it was not appended")
                 try:
                     await asyncio.wait_for(self._sequence_moved.wait(), remaining)
                 except asyncio.TimeoutError:
                     pass
                 self._check_leader(None)
+                self._check_lease()
             if verdict == ProducerStateTable.DUPLICATE:
                 if isinstance(previous, BaseException):
                     raise previous
@@ -587,6 +768,7 @@ class PartitionReplica:
 
     async def _wait_replicated(self, end_offset: int, timeout_ms: int) -> None:
         if self.state.high_watermark >= end_offset:
+            self._check_lease()
             if len(self.state.isr) < self.config.min_insync_replicas:
                 raise NotEnoughReplicasError(
                     f"{self.topic}-{self.partition}: appended, but the ISR is {len(self.state.isr)}, below "
@@ -607,9 +789,18 @@ class PartitionReplica:
         ``min_bytes``. Consumers (replica_id -1) read below the high watermark; a follower reads to
         the log end, and its fetch offset tells the leader its progress. Raises
         OffsetOutOfRangeError outside [log_start, log_end]."""
+        offset = args.integer("offset", offset, 0)
+        max_bytes = args.integer("max_bytes", max_bytes, 1, args.INT32_MAX)
+        max_wait_ms = args.integer("max_wait_ms", max_wait_ms, 0, args.MAX_WAIT_MS)
+        min_bytes = args.integer("min_bytes", min_bytes, 0, args.INT32_MAX)
+        replica_id = args.integer("replica_id", replica_id, -1, args.INT32_MAX)
+        leader_epoch = args.integer("leader_epoch", leader_epoch, -1, args.INT32_MAX)
         self._ensure_started()
         self._check_leader(leader_epoch if replica_id >= 0 else None)
         follower = replica_id >= 0
+        if follower and (replica_id not in self.state.replicas or replica_id == self.replica_id):
+            raise InvalidRequestError(f"replica {replica_id} is not a follower of {self.topic}-{self.partition} "
+                                      f"(replicas {list(self.state.replicas)})")
         if follower:
             if offset > self.log.log_end_offset or offset < self.log.log_start_offset:
                 raise OffsetOutOfRangeError(
@@ -640,11 +831,16 @@ class PartitionReplica:
     async def list_offsets(self, timestamp: int) -> tuple[int, int]:
         """(offset, timestamp) for EARLIEST_TIMESTAMP, LATEST_TIMESTAMP or a time in ms;
         (-1, -1) when no record is that recent."""
+        timestamp = args.integer("timestamp", timestamp, EARLIEST_TIMESTAMP)
         self._ensure_started()
         self._check_leader(None)
         if timestamp == EARLIEST_TIMESTAMP:
             return self.log.log_start_offset, -1
         if timestamp == LATEST_TIMESTAMP:
+            if self.state.high_watermark < self.state.epoch_start_offset:
+                raise OffsetNotAvailableError(
+                    f"{self.topic}-{self.partition}: the new leader's high watermark {self.state.high_watermark} is "
+                    f"below the start of its epoch {self.state.epoch_start_offset}; its followers have not fetched yet")
             return self.state.high_watermark, -1
         found = self.log.offset_for_timestamp(timestamp)
         if found is None or found[0] >= self.state.high_watermark:
@@ -653,17 +849,19 @@ class PartitionReplica:
 
     async def delete_records(self, offset: int) -> int:
         """Move the log start offset up to ``offset`` (at most the high watermark)."""
+        offset = args.integer("offset", offset, LATEST_TIMESTAMP)
         self._ensure_started()
         self._check_leader(None)
+        await self._ensure_lease()
+        self._check_leader(None)
+        self._check_lease()
         if offset == LATEST_TIMESTAMP:
             offset = self.state.high_watermark
         if offset > self.state.high_watermark:
             raise OffsetOutOfRangeError(f"cannot delete records before {offset}: it is above the high watermark "
                                         f"{self.state.high_watermark}", self.log.log_start_offset,
                                         self.state.high_watermark)
-        self.log.delete_records(offset)
-        self.state.on_log_start_moved(self.log.log_start_offset)
-        self.epochs.truncate_from_start(self.log.log_start_offset)
+        self._advance_log_start(offset)
         return self.log.log_start_offset
 
     async def describe(self) -> dict:
@@ -704,6 +902,25 @@ class PartitionReplica:
         # Only if the directory is still this topic's: a new topic of the same name may own the path now.
         if files.read_text_value(Path(self.directory) / files.PARTITION_METADATA_FILE) in (None, self.topic_id):
             shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _checked_state(st) -> dict:
+    """The controller's partition state, as set_state and heartbeat answers carry it."""
+    st = args.mapping("state", st)
+    if st.get("deleted"):
+        return st
+    args.mapping("state", st, required=("leader", "leader_epoch", "partition_epoch", "replicas", "isr",
+                                        "leader_handle"))
+    args.integer("leader", st["leader"], -1, args.INT32_MAX)
+    args.integer("leader_epoch", st["leader_epoch"], 0, args.INT32_MAX)
+    args.integer("partition_epoch", st["partition_epoch"], 0, args.INT32_MAX)
+    for name in ("replicas", "isr"):
+        for r in args.sequence(name, st[name], 1024):
+            args.integer(name, r, 0, args.INT32_MAX)
+    handle = st["leader_handle"]
+    if handle is not None and not hasattr(handle, "fetch"):
+        raise InvalidRequestError(f"leader_handle must be a replica actor handle, got {type(handle).__name__}")
+    return st
 
 
 def _restarted() -> bool:

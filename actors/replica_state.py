@@ -94,9 +94,17 @@ class ReplicaState:
         """Offline or deleted: neither lead nor follow until the controller says."""
         self.role, self.leader_id = NONE, -1
 
-    def on_isr_committed(self, isr, partition_epoch: int) -> None:
+    def on_isr_committed(self, isr, partition_epoch: int, replicas=None) -> bool:
+        """The controller's answer to this leader's proposal; returns whether it was applied. An
+        answer no newer than the state held is dropped: a push of a later change (Ray does not order
+        calls) may have arrived first, and applying the answer would roll the ISR back."""
+        if partition_epoch <= self.partition_epoch:
+            return False
         self.isr, self.partition_epoch, self.pending_isr = frozenset(isr), partition_epoch, None
+        if replicas is not None:
+            self.replicas = tuple(replicas)
         self._advance()
+        return True
 
     def on_isr_refused(self) -> None:
         self.pending_isr = None
@@ -181,6 +189,21 @@ class ReplicaState:
     def on_log_start_moved(self, log_start_offset: int) -> None:
         self.log_start_offset = log_start_offset
         self.high_watermark = max(self.high_watermark, log_start_offset)
+
+
+def out_of_range_target(log_end_offset: int, leader_log_start: int, leader_log_end: int) -> tuple[str, int] | None:
+    """What a follower whose fetch at its log end was out of range at the leader must do (Kafka's
+    ReplicaFetcherThread.handleOutOfRangeError): ``("start_at", offset)`` when the leader's log starts
+    above our end (retention or delete_records removed what we lack: start an empty log there);
+    ``("truncate_to", offset)`` when our log runs past the leader's end (an unclean election elected a
+    replica with less): cut to it, or the next fetch fails the same way until the leader's log grows
+    past our end and the two logs then differ for good; None when the offset is in range by now
+    (re-check by epoch)."""
+    if log_end_offset < leader_log_start:
+        return "start_at", leader_log_start
+    if 0 <= leader_log_end < log_end_offset:
+        return "truncate_to", leader_log_end
+    return None
 
 
 def truncation_offset(epochs: LeaderEpochCache, log_end_offset: int, latest_epoch: int, leader_epoch: int,

@@ -38,6 +38,8 @@ flight. A Ray call costs ~0.5 ms of the caller's CPU whatever its size (bench/cl
 driver CPU column), so under load a stage closed every linger_ms turns into many small calls, one
 per partition; waiting for the calls in flight makes fewer, larger ones. Idle producers are not
 affected: with nothing in flight a stage closes at linger_ms."""
+OUTSTANDING_SWEEP = 1024
+"""Every this many results remembered for flush(), the completed ones are dropped wherever they are."""
 MAX_STAGE_SPREAD = 16
 """A stage of keyed records closes at batch_size times its partition count, at most this many
 times batch_size, so each partition's batch is close to batch_size without unbounded stages."""
@@ -117,10 +119,21 @@ class RecordAccumulator:
     def topic_info(self, topic: str) -> TopicInfo:
         return self._metadata.topic(topic, self._metadata_max_age_s)
 
+    def _track(self, result: ProduceResult) -> None:
+        """Remember a result until it completes, for flush(); forget the completed ones at the head, so
+        a producer that never flushes holds only what is still in flight. Caller holds the lock."""
+        outstanding = self._outstanding
+        while outstanding and outstanding[0].done:
+            outstanding.popleft()
+        if len(outstanding) >= OUTSTANDING_SWEEP and len(outstanding) % OUTSTANDING_SWEEP == 0:
+            # One slow result at the head (a batch being retried) must not keep the done ones behind it.
+            self._outstanding = outstanding = deque(r for r in outstanding if not r.done)
+        outstanding.append(result)
+
     def _new_stage(self, topic: str, info: TopicInfo) -> Stage:
         """Caller holds the lock."""
         stage = self._open[topic] = Stage(topic, info, self.config, self._runner)
-        self._outstanding.append(stage.result)
+        self._track(stage.result)
         self.wakeup.set()  # the sender sleeps until it knows of a stage to linger on
         return stage
 
@@ -201,7 +214,7 @@ class RecordAccumulator:
             earlier = self._open.get(topic)
             if earlier is not None:
                 self._close(earlier)  # keep order: earlier send()s to this topic go first
-            self._outstanding.append(stage.result)
+            self._track(stage.result)
             self._close(stage)
         return stage.result
 

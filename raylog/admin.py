@@ -193,7 +193,9 @@ class AdminClient:
         for tp in tps:
             if not isinstance(requests[tp], int) or requests[tp] < EARLIEST_TIMESTAMP:
                 raise InvalidConfigError(f"list_offsets timestamp for {tp} must be >= -2, got {requests[tp]!r}")
-        results = self._call([md.leader(tp.topic, tp.partition).list_offsets.remote(requests[tp]) for tp in tps])
+        results = ray_calls.with_retries(
+            lambda: self._call([md.leader(tp.topic, tp.partition).list_offsets.remote(requests[tp]) for tp in tps]),
+            self._timeout_s, on_retry=lambda: [md.invalidate(t) for t in {tp.topic for tp in tps}])
         return {tp: (None if off < 0 else OffsetAndTimestamp(off, ts)) for tp, (off, ts) in zip(tps, results)}
 
     def beginning_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:

@@ -77,7 +77,10 @@ class TopicConfig:
     """How long compaction keeps tombstones (null values). Kafka: 1 day."""
     min_insync_replicas: int = 1
     """In-sync replicas (the leader included) an acks='all' produce needs: with fewer, it fails with
-    NotEnoughReplicasError and is not acknowledged. Kafka: 1."""
+    NotEnoughReplicasError and is not acknowledged. When a topic is created without it, raylog sets
+    2 if the replication factor is 3 or more, else 1 (``default_min_insync_replicas``). Kafka: 1,
+    which most operators raise to 2: with 1, acks='all' is acknowledged by a leader alone whenever
+    its followers are out of the ISR, and that leader's loss loses the record."""
     unclean_leader_election_enable: bool = False
     """With no in-sync replica alive, elect an out-of-sync one (losing what it lacks) instead of
     keeping the partition offline. Kafka: false."""
@@ -108,6 +111,13 @@ class TopicConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def default_min_insync_replicas(replication_factor: int) -> int:
+    """min_insync_replicas of a topic created without one: 2 from replication factor 3 (a record
+    acknowledged with acks='all' is then on two replicas, and a partition keeps taking writes with
+    one replica down), else 1 (with 2 of 2, one lost replica would stop every write)."""
+    return 2 if replication_factor >= 3 else 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +157,14 @@ class ClusterConfig:
     """Bound, per replica, on the key map of one compaction round (key bytes plus ~100 bytes per
     key); a round maps as much of the dirty log as fits and the next round goes on from there.
     Kafka: 128 MiB shared by its cleaner threads; every raylog replica is its own process."""
+    replica_heartbeat_interval_ms: int = 2_000
+    """How often each replica and group coordinator heartbeats the controller, renewing its lease.
+    Kafka: broker.heartbeat.interval.ms, 2 s."""
+    replica_session_timeout_ms: int = 9_000
+    """A replica or coordinator whose heartbeats stop for this long (paused, hung, cut off) is fenced:
+    its partitions elect other leaders, a coordinator is restarted. A leader acknowledges nothing
+    once its own lease (this long from its last answered heartbeat, less a margin) has lapsed, and a
+    controller the replicas cannot reach for this long is restarted. Kafka: broker.session.timeout.ms, 9 s."""
 
     def __post_init__(self) -> None:
         _check(isinstance(self.namespace, str) and bool(self.namespace), "namespace must be a non-empty string")
@@ -162,6 +180,11 @@ class ClusterConfig:
         _check_int(self, "replica_reassign_after_ms", -1)
         _check_int(self, "offsets_topic_num_partitions", 1)
         _check_int(self, "log_cleaner_dedupe_buffer_size", 1024)
+        _check_int(self, "replica_heartbeat_interval_ms", 10)
+        _check_int(self, "replica_session_timeout_ms", 100)
+        _check(self.replica_session_timeout_ms >= 2 * self.replica_heartbeat_interval_ms,
+               f"replica_session_timeout_ms ({self.replica_session_timeout_ms}) must be at least twice "
+               f"replica_heartbeat_interval_ms ({self.replica_heartbeat_interval_ms})")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

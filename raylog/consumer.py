@@ -16,7 +16,9 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import re
+import threading
 import time
+from collections import deque
 from typing import Callable, Iterable, Mapping
 
 from raylog import memory
@@ -49,6 +51,11 @@ class Consumer:
         self._manual = False
         self._last_auto_commit = time.monotonic()
         self._committer: concurrent.futures.ThreadPoolExecutor | None = None
+        """One thread for every commit, sync or async, so they reach the coordinator in order."""
+        self._committing = threading.local()
+        self._iterated: deque = deque()
+        """Records the iterator fetched and has not yet returned: (record, position after it, the
+        partition's fetch state then, its generation)."""
         if topics:
             if self.config.group_id is not None:
                 self.subscribe(topics)
@@ -199,16 +206,19 @@ class Consumer:
             raise InvalidConfigError(f"poll timeout_ms must be a number >= 0, got {timeout_ms!r}")
         if max_records is not None and (not isinstance(max_records, int) or max_records < 1):
             raise InvalidConfigError(f"max_records must be an int >= 1, got {max_records!r}")
+        self._abandon_iteration()
+        return self._poll(timeout_ms, max_records or self.config.max_poll_records, advance=True)
+
+    def _poll(self, timeout_ms: float, limit: int, advance: bool) -> list[ColumnBatch]:
         if self._group is not None:
             self._maybe_auto_commit()
             self._group.poll_tick(self)
-        limit = max_records or self.config.max_poll_records
         fetcher = self._fetcher
         fetcher.resolve_positions()
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             fetcher.send_fetches()
-            out = fetcher.take(limit)
+            out = fetcher.take(limit, advance)
             if out:
                 return out
             remaining = deadline - time.monotonic()
@@ -232,20 +242,52 @@ class Consumer:
                 out[tp] = records
         return out
 
-    def __iter__(self):
-        """Records one by one, fetched and decoded a batch at a time (kafka-python's iterator).
-        Stops after consumer_timeout_ms without a record (never, by default) or on close()."""
-        kd, vd = self.config.key_deserializer, self.config.value_deserializer
+    def __iter__(self) -> "Consumer":
+        return self
+
+    def __next__(self) -> ConsumerRecord:
+        """The next record, fetched and decoded a batch at a time (kafka-python's iterator). The
+        position moves past each record as it is returned, as kafka-python's does, so a commit
+        after a ``break`` (auto-commit, close()) covers exactly what was returned. StopIteration
+        after consumer_timeout_ms without a record (never, by default), or once closed."""
         idle_limit = self.config.consumer_timeout_ms
         last = time.monotonic()
         while not self._closed:
-            chunks = self.poll_batch(timeout_ms=self.config.fetch_max_wait_ms)
+            while self._iterated:
+                record, after, st, generation = self._iterated.popleft()
+                tp = TopicPartition(record.topic, record.partition)
+                if self._fetcher.states.get(tp) is st and st.generation == generation:
+                    st.position = after
+                    return record
+                # A seek or a revocation since it was fetched: it is no longer the next record there.
+            chunks = self._poll(self.config.fetch_max_wait_ms, self.config.max_poll_records, advance=False)
             if chunks:
                 last = time.monotonic()
+                self._queue_iterated(chunks)
             elif idle_limit is not None and (time.monotonic() - last) * 1000 >= idle_limit:
-                return
-            for chunk in chunks:
-                yield from chunk.records(kd, vd)
+                break
+        raise StopIteration
+
+    def _queue_iterated(self, chunks: list[ColumnBatch]) -> None:
+        kd, vd = self.config.key_deserializer, self.config.value_deserializer
+        for chunk in chunks:
+            st = self._fetcher.states[TopicPartition(chunk.topic, chunk.partition)]
+            records = chunk.records(kd, vd)
+            if not records:
+                continue
+            # Past the last record of a chunk the position is the chunk's end: compaction can leave
+            # a gap after it.
+            afters = [r.offset + 1 for r in records[:-1]] + [chunk.next_offset]
+            self._iterated.extend(zip(records, afters, [st] * len(records), [st.generation] * len(records)))
+
+    def _abandon_iteration(self) -> None:
+        """poll() after a ``break`` out of the iterator: records it fetched and did not return are
+        fetched again from each partition's position, so poll() returns them."""
+        pending = {TopicPartition(r.topic, r.partition): (st, generation) for r, _, st, generation in self._iterated}
+        self._iterated.clear()
+        for tp, (st, generation) in pending.items():
+            if self._fetcher.states.get(tp) is st and st.generation == generation:
+                self._fetcher.seek(tp, st.position)
 
     # --- offsets by time -----------------------------------------------------------------------
 
@@ -291,20 +333,23 @@ class Consumer:
 
     def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None) -> None:
         """Commit ``offsets`` (default: the position of every partition this consumer owns, i.e. past
-        every record poll() returned). Raises CommitFailedError when the group refuses: this
+        every record poll() returned), after every commit_async() made before it (their callbacks
+        included), as Kafka's commitSync. Raises CommitFailedError when the group refuses: this
         member's epoch is stale or fenced, or a partition moved to another member."""
-        member = self._member()
-        member.commit(self._commit_args(offsets), as_member=member is self._group)
+        self._commit_ordered(self._commit_args(offsets))
 
     def commit_async(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None,
                      callback: Callable[[dict, BaseException | None], None] | None = None):
-        """Commit in the background; ``callback(offsets, exception or None)`` runs on the committer
-        thread. Returns a concurrent.futures.Future."""
+        """Commit in the background, after the commits made before it; ``callback(offsets, exception
+        or None)`` runs on the committer thread. Returns a concurrent.futures.Future."""
+        return self._submit_commit(self._commit_args(offsets), callback)
+
+    def _submit_commit(self, args: dict, callback=None) -> concurrent.futures.Future:
         member = self._member()
-        args = self._commit_args(offsets)
         as_member = member is self._group
         if self._committer is None:
-            self._committer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="raylog-commit")
+            self._committer = concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix="raylog-commit", initializer=self._mark_committer_thread)
 
         def run():
             error = None
@@ -321,6 +366,18 @@ class Consumer:
                 raise error
 
         return self._committer.submit(run)
+
+    def _mark_committer_thread(self) -> None:
+        self._committing.inside = True
+
+    def _commit_ordered(self, args: dict) -> None:
+        """Commit now, behind every commit queued before (one thread carries them all, so an older
+        offset can never land last): the synchronous commits of commit(), revocations and close()."""
+        if getattr(self._committing, "inside", False):
+            member = self._member()  # a commit_async callback committing: it is the queue's head already
+            member.commit(args, as_member=member is self._group)
+            return
+        self._submit_commit(args).result()
 
     def committed(self, partition: TopicPartition, metadata: bool = False):
         """The committed offset of ``partition`` for this group (None if none); with
@@ -344,7 +401,7 @@ class Consumer:
     def _commit_on_exit(self) -> None:
         if self.config.enable_auto_commit and self._group is not None:
             try:
-                self._group.commit(self._positions(self._group.owned))
+                self._commit_ordered(self._positions(self._group.owned))
             except RaylogError as exc:
                 log.warning("committing on close failed: %s", exc)
 

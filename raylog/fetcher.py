@@ -70,8 +70,10 @@ class Fetcher:
     # --- positions -------------------------------------------------------------------------
 
     def list_offset(self, tp: TopicPartition, timestamp: int) -> tuple[int, int]:
-        leader = self.metadata.leader(tp.topic, tp.partition)
-        return ray_calls.get(leader.list_offsets.remote(timestamp), self._timeout_s)
+        return ray_calls.with_retries(
+            lambda: ray_calls.get(self.metadata.leader(tp.topic, tp.partition).list_offsets.remote(timestamp),
+                                  self._timeout_s),
+            self._timeout_s, on_retry=lambda: self.metadata.invalidate(tp.topic))
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
         st = self.states[tp]
@@ -107,8 +109,11 @@ class Fetcher:
                 self.reset(tp, strategy)
             return
         ts = EARLIEST_TIMESTAMP if strategy == "earliest" else LATEST_TIMESTAMP
-        refs = [self.metadata.leader(tp.topic, tp.partition).list_offsets.remote(ts) for tp in unresolved]
-        for tp, (offset, _) in zip(unresolved, ray_calls.get(refs, self._timeout_s)):
+        found = ray_calls.with_retries(
+            lambda: ray_calls.get([self.metadata.leader(tp.topic, tp.partition).list_offsets.remote(ts)
+                                   for tp in unresolved], self._timeout_s),
+            self._timeout_s, on_retry=self.metadata.invalidate)
+        for tp, (offset, _) in zip(unresolved, found):
             self.seek(tp, offset)
 
     # --- fetching ----------------------------------------------------------------------------
@@ -214,8 +219,9 @@ class Fetcher:
 
     # --- handing records out -----------------------------------------------------------------
 
-    def take(self, max_records: int) -> list[ColumnBatch]:
-        """Buffered chunks, at most ``max_records`` records; advances positions. Raises a
+    def take(self, max_records: int, advance: bool = True) -> list[ColumnBatch]:
+        """Buffered chunks, at most ``max_records`` records; advances positions past them unless
+        ``advance`` is False (the consumer's iterator moves them record by record). Raises a
         partition's stored error (e.g. OffsetOutOfRange with auto_offset_reset='none')."""
         out: list[ColumnBatch] = []
         left = max_records
@@ -242,7 +248,8 @@ class Fetcher:
                     chunk = head
                 out.append(chunk)
                 left -= len(chunk)
-                st.position = chunk.next_offset
+                if advance:
+                    st.position = chunk.next_offset
         return out
 
     def drop(self, tp: TopicPartition) -> None:

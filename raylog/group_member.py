@@ -233,7 +233,8 @@ class GroupMember:
             if revoke:
                 if self.config.enable_auto_commit:
                     try:
-                        self.commit(consumer._positions(revoke))
+                        # Behind any auto-commit still queued, which holds older positions.
+                        consumer._commit_ordered(consumer._positions(revoke))
                     except RaylogError as exc:
                         log.warning("committing revoked partitions of group %r failed: %s", self.group_id, exc)
                 self.listener.on_partitions_revoked(revoke)

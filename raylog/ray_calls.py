@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+import time
+from typing import Any, Callable, TypeVar
 
 import ray
 import ray.exceptions as rex
 
 from raylog.errors import ActorCallError, KafkaTimeoutError, RaylogError, ReplicaNotAvailableError
+
+T = TypeVar("T")
+RETRY_BACKOFF_S = 0.1
 
 
 def translate(exc: BaseException) -> BaseException:
@@ -65,3 +69,20 @@ def get(refs: Any, timeout_s: float | None = None) -> Any:
         return ray.get(refs, timeout=timeout_s)
     except rex.RayError as exc:
         raise translate(exc) from None
+
+
+def with_retries(call: Callable[[], T], timeout_s: float, on_retry: Callable[[], None] | None = None) -> T:
+    """``call()`` again after each retriable raylog error (a leader moving, a new leader not yet able
+    to answer) until it succeeds or ``timeout_s`` has passed; ``on_retry()`` runs before each retry
+    (a metadata refresh). The last error is raised when time runs out, as Kafka's clients do within
+    default.api.timeout.ms."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return call()
+        except RaylogError as exc:
+            if not exc.retriable or time.monotonic() + RETRY_BACKOFF_S > deadline:
+                raise
+        if on_retry is not None:
+            on_retry()
+        time.sleep(RETRY_BACKOFF_S)

@@ -18,6 +18,13 @@ Idempotence, per partition, after Kafka's producer with KIP-360:
   calls in flight after it wait at the replica for its sequence, so holding
   it back behind them would stall the partition. New batches wait while a
   retry is pending, so order holds.
+- At most max_in_flight_requests_per_connection (5) batches per partition are
+  *unresolved* (sent, not yet acknowledged or failed for good), whether or not
+  their call is still in flight: a call that timed out here may have been
+  appended there, and the replica remembers only the last 5 batches per
+  producer. Were more sent meanwhile, the retry would fall out of that window
+  and be appended twice; the replica answers such a sequence with
+  DuplicateSequenceError, and its records fail without being sent again.
 - A batch the replica rejects for good (too large, a null key on a
   compacted topic, corrupt) fails its own records only: the replica marks
   its sequence as used, so the next batches follow without a gap.
@@ -64,11 +71,13 @@ JITTER = 0.2
 class PartitionState:
     """The sender's view of one partition: its queue, calls in flight and sequence."""
 
-    __slots__ = ("queue", "in_flight", "epoch", "next_sequence", "bump_pending")
+    __slots__ = ("queue", "in_flight", "unresolved", "epoch", "next_sequence", "bump_pending")
 
     def __init__(self) -> None:
         self.queue: deque[ProducerBatch] = deque()
         self.in_flight = 0
+        self.unresolved = 0
+        """Batches sent at least once and not yet acknowledged or failed for good."""
         self.epoch = 0
         self.next_sequence = 0
         self.bump_pending = False
@@ -79,13 +88,14 @@ def admits(st: PartitionState, batch: ProducerBatch, cap: int) -> bool:
 
     A retry goes out even at the in-flight cap: the calls in flight after it
     wait at the replica for its sequence, so holding it behind them would stall
-    the partition until they time out. A new batch waits for room in flight,
-    for a pending retry ahead of it (it is queued first), and for an epoch bump.
-    Nothing goes out while an epoch bump waits for the calls in flight to settle.
+    the partition until they time out. A new batch waits for room in flight and
+    among the unresolved batches (see the module doc), for a pending retry ahead
+    of it (it is queued first), and for an epoch bump. Nothing goes out while an
+    epoch bump waits for the calls in flight to settle.
     """
     if st.bump_pending:
         return False
-    return batch.attempts > 0 or st.in_flight < cap
+    return batch.attempts > 0 or (st.in_flight < cap and st.unresolved < cap)
 
 
 def retry_backoff_s(attempts: int, config: ProducerConfig, rng: random.Random = random._inst) -> float:
@@ -224,6 +234,8 @@ class Sender(threading.Thread):
 
     def _submit(self, st: PartitionState, batch: ProducerBatch, now: float) -> None:
         batch.attempts += 1
+        if batch.attempts == 1:
+            st.unresolved += 1
         if self.idempotent and batch.base_sequence < 0:
             batch.epoch = st.epoch
             batch.base_sequence = st.next_sequence
@@ -269,8 +281,10 @@ class Sender(threading.Thread):
             if self.acks != 0:
                 self._on_error(st, batch, ray_calls.translate(exc), time.monotonic())
             else:
+                st.unresolved -= 1
                 self.acc.release(batch.nbytes)
             return
+        st.unresolved -= 1
         if self.acks != 0:
             base_offset, _, log_append_time_ms = response[:3]
             batch.result.complete_batch(batch.indices, base_offset, log_append_time_ms)
@@ -332,6 +346,8 @@ class Sender(threading.Thread):
         good, it may be in the log: the partition's sequence is unknown, so bump the epoch."""
         if self.idempotent and batch.ever_sent and getattr(error, "retriable", False):
             st.bump_pending = True
+        if batch.attempts > 0:
+            st.unresolved -= 1
         self._fail(batch, error)
 
     def _requeue(self, st: PartitionState, batch: ProducerBatch, delay_s: float) -> None:

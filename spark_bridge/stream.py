@@ -104,8 +104,10 @@ class MicroBatchStream:
     def _run_batch(self, batch_id: int, starts: dict, ends: dict) -> None:
         fixed = dataclasses.replace(self._spec, starting=starts, ending=ends, starting_timestamp=None,
                                     starting_by_timestamp=None, ending_timestamp=None, ending_by_timestamp=None)
-        ranges, warnings = plan(fixed, list(starts),
-                                self._admin.beginning_offsets(starts), self._admin.end_offsets(starts))
+        # The planned ends, never the high watermarks of now: a batch planned before a crash can end
+        # above a new leader's high watermark, and trimming it while committing the planned ends would
+        # skip records for good. The read waits until the records are there (read_range).
+        ranges, warnings = plan(fixed, list(starts), self._admin.beginning_offsets(starts), ends)
         for warning in warnings:
             log.warning("stream of group %r, batch %d: %s", self.group_id, batch_id, warning)
         began = time.monotonic()

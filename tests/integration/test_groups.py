@@ -421,3 +421,47 @@ def test_subscribe_needs_a_group_id(cluster):
     consumer = cluster.consumer()
     with pytest.raises(raylog.IllegalStateError, match="group_id"):
         consumer.subscribe(["t"])
+
+
+def test_iterating_a_group_consumer_commits_only_what_the_iteration_returned(cluster):
+    """Issue 19, finding 12: the position moves record by record as the iterator yields (as
+    kafka-python's does), so a break and close() commit the next record, not the fetched batch's end."""
+    topic, group = new_group_topic(cluster, partitions=1)
+    producer = cluster.producer()
+    producer.send_batch(topic, [b"%d" % i for i in range(10_000)]).wait(timeout=60)
+    producer.close()
+    consumer = cluster.consumer(group_id=group, auto_offset_reset="earliest", **MEMBER)
+    consumer.subscribe([topic])
+    seen = []
+    for record in consumer:
+        seen.append(record.offset)
+        if len(seen) == 10:
+            break
+    consumer.close()
+    assert seen == list(range(10))
+    tp = TopicPartition(topic, 0)
+    assert cluster.admin().list_consumer_group_offsets(group)[tp].offset == 10
+    again = cluster.consumer(group_id=group, auto_offset_reset="earliest", **MEMBER)
+    again.subscribe([topic])
+    assert [next(again).offset for _ in range(3)] == [10, 11, 12], "next(consumer) resumes at the commit"
+    again.close()
+    assert cluster.admin().list_consumer_group_offsets(group)[tp].offset == 13
+
+
+def test_a_synchronous_commit_lands_after_every_asynchronous_commit_queued_before_it(cluster):
+    """Issue 19, finding 13: commits reach the coordinator in the order they were made (Kafka's
+    commitSync waits for the commitAsync calls before it), so an older async commit, an auto-commit
+    queued before a revocation among them, can never land last and move the offset back."""
+    topic, group = new_group_topic(cluster, partitions=1)
+    tp = TopicPartition(topic, 0)
+    consumer = cluster.consumer(group_id=group, enable_auto_commit=False)
+    consumer.assign([tp])
+    release = threading.Event()
+    first = consumer.commit_async({tp: 50}, callback=lambda offsets, error: release.wait(10))
+    second = consumer.commit_async({tp: 100})
+    threading.Timer(0.5, release.set).start()
+    consumer.commit({tp: 150})
+    first.result(timeout=30)
+    second.result(timeout=30)
+    assert cluster.admin().list_consumer_group_offsets(group)[tp].offset == 150
+    consumer.close()

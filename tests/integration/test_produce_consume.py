@@ -334,3 +334,20 @@ def test_delete_records_moves_the_beginning_and_refuses_offsets_past_the_high_wa
     consumer = cluster.consumer(topic, auto_offset_reset="earliest")
     assert [r.offset for r in consume_all(consumer, 6)] == list(range(4, 10))
     producer.close()
+
+
+def test_a_producer_that_never_flushes_keeps_no_outcome_of_completed_sends(cluster):
+    """Issue 19, finding 14: a long-running send loop without flush() must not hold one result per
+    batch it ever sent."""
+    import gc
+
+    from raylog.futures import ProduceResult
+
+    topic = fresh_topic(cluster)
+    producer = cluster.producer(linger_ms=0)
+    for i in range(3000):
+        producer.send(topic, b"%d" % i).get(timeout=30)
+    gc.collect()
+    kept = sum(1 for obj in gc.get_objects() if type(obj) is ProduceResult)
+    assert kept < 50, f"{kept} results of completed sends are still held"
+    producer.close()

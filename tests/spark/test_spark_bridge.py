@@ -372,6 +372,38 @@ def test_a_stream_restarted_after_a_crash_runs_the_planned_batch_again_then_cont
     assert sorted(everything) == sorted((p, i) for p in range(2) for i in range(50))
 
 
+def test_a_planned_batch_reads_to_its_planned_end_even_when_the_high_watermark_is_behind_it(cluster, spark):
+    """Issue 19, finding 15: a planned batch found after a restart can end above the current high
+    watermark (a new leader's lags right after an election). Trimming it and committing the planned
+    end skipped records for good; the batch must wait for them and read exactly its range."""
+    from raylog.records import OffsetAndMetadata
+
+    topic = fresh_topic(cluster, 1)
+    produce_numbered(cluster, topic, 1, 10)
+    group = f"stream-{uuid.uuid4().hex[:6]}"
+    tp = TopicPartition(topic, 0)
+    planner = cluster.consumer(group_id=group, enable_auto_commit=False)
+    planner.commit({tp: OffsetAndMetadata(0, json.dumps({"batch_id": 0, "until": 15}))})
+    planner.close(autocommit=False)
+    seen: list[tuple[int, set]] = []
+    query = spark_bridge.stream(spark, topic, group, lambda df, b: seen.append((b, offsets_of(df))),
+                                trigger_interval_s=0.1)
+    try:
+        time.sleep(3)
+        producer = cluster.producer()
+        producer.send_batch(topic, [b"late-%d" % i for i in range(10)], partition=0).wait(timeout=30)
+        producer.close()
+        deadline = time.monotonic() + 120
+        while sum(len(o) for _, o in seen) < 20 and time.monotonic() < deadline and query.is_active:
+            time.sleep(0.2)
+    finally:
+        query.stop(60)
+    query.await_termination(0)
+    assert seen[0] == (0, {(0, i) for i in range(15)}), "the planned batch read exactly its range"
+    everything = sorted(o for _, offs in seen for o in offs)
+    assert everything == [(0, i) for i in range(20)], "nothing skipped, nothing twice"
+
+
 # --- the session ------------------------------------------------------------------------------------
 
 

@@ -133,3 +133,16 @@ def test_a_follower_that_stopped_fetching_at_the_high_watermark_does_not_flap_ba
     assert state.isr_to_propose(30_000) is None, "2 has not fetched: it stays out"
     state.on_follower_fetch(2, 10)
     assert state.isr_to_propose(30_000) == {0, 1, 2}, "a fresh fetch at the high watermark brings it back"
+
+
+def test_an_isr_reply_older_than_a_state_pushed_meanwhile_is_ignored():
+    """Issue 19, finding 6: the controller committed the leader's proposal (partition epoch 1) and
+    then another change (epoch 2, the ISR without 2) that it pushed; the push arrived first. The
+    late reply must not roll the ISR back."""
+    state = leader(isr=(0, 1))
+    state.propose(frozenset({0, 1, 2}))
+    state.become_leader(1, 2, (0, 1, 2), (0, 1))
+    state.on_isr_committed({0, 1, 2}, 1)
+    assert state.isr == {0, 1} and state.partition_epoch == 2
+    state.on_isr_committed({0, 1, 2}, 3)
+    assert state.isr == {0, 1, 2} and state.partition_epoch == 3, "a newer reply is applied"

@@ -50,3 +50,16 @@ def test_backoff_doubles_up_to_its_cap_with_twenty_percent_jitter(seed):
         waits = [retry_backoff_s(attempts, config, rng) for _ in range(500)]
         assert base * 0.8 <= min(waits) and max(waits) <= base * 1.2
         assert statistics.pstdev(waits) > base * 0.05, "KIP-580: retries of producers that failed together spread"
+
+
+def test_no_new_batch_goes_out_while_five_are_unresolved_even_with_calls_timed_out():
+    """Issue 19, finding 11: a call that timed out here leaves the in-flight count, but its batch may
+    be in the replica's log. Were a new batch sent, five appended after it would push it out of the
+    replica's window of five per producer, and its retry would be appended twice."""
+    st = PartitionState()
+    st.in_flight = 4  # one call timed out and awaits its retry
+    st.unresolved = 5
+    assert not admits(st, batch(), cap=5)
+    assert admits(st, batch(attempts=1), cap=5), "the retry itself goes out"
+    st.unresolved = 4
+    assert admits(st, batch(), cap=5)

@@ -1,0 +1,192 @@
+"""Group coordinators and __consumer_offsets under faults (issue 19, findings 1-3 and 10).
+
+Fault model: the offsets partition's followers are paused (SIGSTOP) so an
+acks='all' commit write times out after it reached the leader's log; the
+offsets partition's leader moves (a preferred election, as automatic leader
+rebalancing does) or is killed; the coordinator process is paused or killed
+(Ray restarts it and it replays its partition). A simulated cluster (head +
+3 workers) holds __consumer_offsets with replication factor 3.
+
+What must hold: a commit the coordinator acknowledged is what a restarted
+coordinator reads back (never an older one, never one that was not in the
+log); a write whose outcome is unknown never lets a later write reuse its
+producer sequence; a leader change of the offsets partition costs a commit a
+retry, not request_timeout_ms; a paused coordinator is replaced.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+
+import pytest
+import ray
+
+from raylog.errors import RaylogError
+from raylog.naming import OFFSETS_TOPIC, coordinator_actor_name
+from raylog.partitioner import coordinator_partition
+from raylog.records import OffsetAndMetadata, TopicPartition
+from tests.integration.conftest import wait_for
+from tests.support.cluster import simulated_cluster
+
+pytestmark = [pytest.mark.ray, pytest.mark.cluster, pytest.mark.slow]
+
+OFFSETS_PARTITIONS = 2
+REQUEST_MS = 3000
+SESSION_MS = 4000
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory):
+    with simulated_cluster(str(tmp_path_factory.mktemp("coordinator-faults")), workers=3, cluster_config={
+            "offsets_topic_num_partitions": OFFSETS_PARTITIONS, "auto_leader_rebalance_enable": False,
+            "request_timeout_ms": REQUEST_MS, "replica_lag_time_max_ms": 30_000,
+            "replica_fetch_wait_max_ms": 3000, "replica_session_timeout_ms": SESSION_MS,
+            "replica_heartbeat_interval_ms": 500}) as sim:
+        admin = sim.cluster.admin()
+        topic = f"data-{uuid.uuid4().hex[:6]}"
+        admin.create_topic(topic, 1)
+        sim.topic = topic
+        yield sim
+
+
+def committer(sim, group: str):
+    """A consumer that commits explicit offsets for a group with no members (assign mode)."""
+    consumer = sim.cluster.consumer(group_id=group, enable_auto_commit=False, request_timeout_ms=REQUEST_MS)
+    consumer.assign([TopicPartition(sim.topic, 0)])
+    return consumer
+
+
+def commit(consumer, sim, offset: int) -> None:
+    consumer.commit({TopicPartition(sim.topic, 0): OffsetAndMetadata(offset, "")})
+
+
+def committed(sim, group: str) -> int | None:
+    found = sim.cluster.admin().list_consumer_group_offsets(group, [TopicPartition(sim.topic, 0)])
+    om = found.get(TopicPartition(sim.topic, 0))
+    return None if om is None else om.offset
+
+
+def offsets_partition(group: str) -> int:
+    return coordinator_partition(group, OFFSETS_PARTITIONS)
+
+
+def offsets_replicas(sim, group: str) -> list[dict]:
+    return sim.cluster.admin().describe_replicas(OFFSETS_TOPIC, offsets_partition(group))
+
+
+def coordinator(group: str):
+    return ray.get_actor(coordinator_actor_name(offsets_partition(group)), namespace="raylog")
+
+
+def restart_coordinator(group: str) -> None:
+    actor = coordinator(group)
+    pid = ray.get(actor.ping.remote())
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: ray.get(actor.ping.remote(), timeout=5) != pid, timeout_s=60)
+
+
+def retry(call, timeout_s: float = 60):
+    """Call until it succeeds (retriable raylog errors only)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return call()
+        except RaylogError as exc:
+            if not exc.retriable or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def test_a_commit_acknowledged_after_a_timed_out_write_is_the_one_a_restarted_coordinator_reads(sim):
+    """Finding 1: a commit write that timed out after reaching the leader's log left its producer
+    sequence in use; the next write must not reuse it (the replica would call it a duplicate of the
+    first and the coordinator would acknowledge a commit that is not in the log)."""
+    group = f"g1-{uuid.uuid4().hex[:6]}"
+    consumer = committer(sim, group)
+    retry(lambda: commit(consumer, sim, 1))
+    paused = [r["pid"] for r in offsets_replicas(sim, group) if r.get("role") == "follower"]
+    assert len(paused) == 2
+    for pid in paused:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(RaylogError) as timed_out:
+            commit(consumer, sim, 5)  # appended by the leader, never replicated while they sleep
+        assert timed_out.value.retriable
+    finally:
+        for pid in paused:
+            os.kill(pid, signal.SIGCONT)
+    retry(lambda: commit(consumer, sim, 9))
+    assert committed(sim, group) == 9
+    restart_coordinator(group)
+    assert retry(lambda: committed(sim, group)) == 9, "the acknowledged commit is the one in the log"
+    retry(lambda: commit(consumer, sim, 12))
+    assert committed(sim, group) == 12, "writes after the unknown outcome keep working"
+    consumer.close()
+
+
+def test_a_commit_after_the_offsets_partition_leader_moved_takes_a_retry_not_the_request_timeout(sim):
+    """Finding 2: the coordinator retried its write with the leader epoch it read before the
+    retry loop, so after a leader change every retry was fenced until request_timeout_ms."""
+    group = f"g2-{uuid.uuid4().hex[:6]}"
+    consumer = committer(sim, group)
+    retry(lambda: commit(consumer, sim, 1))
+    admin = sim.cluster.admin()
+    p = offsets_partition(group)
+    nodes = [r.node_id for r in admin.describe_topics([OFFSETS_TOPIC])[0].partitions[p].replicas]
+    admin.alter_partition_reassignments({TopicPartition(OFFSETS_TOPIC, p): nodes[1:] + nodes[:1]})
+    assert admin.elect_leaders([TopicPartition(OFFSETS_TOPIC, p)]) == [TopicPartition(OFFSETS_TOPIC, p)]
+    started = time.monotonic()
+    commit(consumer, sim, 2)
+    took = time.monotonic() - started
+    assert committed(sim, group) == 2
+    assert took < REQUEST_MS / 1000, f"the commit took {took:.1f}s"
+    consumer.close()
+
+
+def test_a_restarted_coordinator_replays_every_acknowledged_commit_after_an_offsets_leader_change(sim):
+    """Finding 3: a new offsets-partition leader's high watermark can be below commits the old
+    leader acknowledged; a coordinator restarted then must not replay only up to it."""
+    group = f"g3-{uuid.uuid4().hex[:6]}"
+    consumer = committer(sim, group)
+    retry(lambda: commit(consumer, sim, 1))
+    retry(lambda: commit(consumer, sim, 2))
+    commit(consumer, sim, 3)
+    leader = next(r for r in offsets_replicas(sim, group) if r.get("role") == "leader")
+    followers = [r for r in offsets_replicas(sim, group) if r.get("role") == "follower"]
+    # The followers have the last commit, but learn the high watermark that covers it only from
+    # their next (parked) fetch: stop one, kill the leader and the coordinator now.
+    os.kill(followers[1]["pid"], signal.SIGSTOP)
+    os.kill(leader["pid"], signal.SIGKILL)
+    try:
+        restart_coordinator(group)
+        assert retry(lambda: committed(sim, group)) == 3
+    finally:
+        os.kill(followers[1]["pid"], signal.SIGCONT)
+    consumer.close()
+
+
+def test_a_paused_coordinator_is_replaced_and_commits_work_again_while_it_sleeps(sim):
+    """Finding 10: a coordinator that stops answering without dying is killed and restarted once
+    it misses its session; the new one replays the partition and serves the group."""
+    group = f"g4-{uuid.uuid4().hex[:6]}"
+    consumer = committer(sim, group)
+    retry(lambda: commit(consumer, sim, 7))
+    actor = coordinator(group)
+    pid = ray.get(actor.ping.remote())
+    paused_at = time.monotonic()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        retry(lambda: commit(consumer, sim, 8), timeout_s=SESSION_MS / 1000 + 30)
+        replaced_after = time.monotonic() - paused_at
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    assert committed(sim, group) == 8
+    assert ray.get(actor.ping.remote()) != pid
+    assert replaced_after < SESSION_MS / 1000 + 25
+    consumer.close()
