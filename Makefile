@@ -9,7 +9,10 @@ export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER := 0
 export SPARK_LOCAL_IP := 127.0.0.1
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: venv test test-unit demo bench lock clean
+CHAOS_MINUTES ?= 30
+SOAK_MINUTES ?= 60
+
+.PHONY: venv test test-unit demo bench chaos soak lock clean
 
 venv: $(STAMP)
 
@@ -35,6 +38,15 @@ bench: $(STAMP)
 	$(PY) -m bench.groups_bench
 	$(PY) -m bench.spark_bench
 	$(PY) -m bench.partitions_bench
+
+# Jepsen-style: seeded faults on a simulated cluster under producers, a consumer group and a Spark
+# stream; every operation checked. Writes bench/results/chaos.json; fails on any anomaly.
+chaos: $(STAMP)
+	$(PY) -m tests.support.chaos --minutes $(CHAOS_MINUTES) --spark --out bench/results/chaos.json
+
+# An hour of steady traffic with every raylog process's memory sampled; writes bench/results/soak.json.
+soak: $(STAMP)
+	$(PY) -m bench.soak --minutes $(SOAK_MINUTES)
 
 lock: $(STAMP)
 	{ echo "# Exact versions installed by 'make' (pip -c). Regenerate with 'make lock' after changing pyproject.toml."; \

@@ -76,6 +76,15 @@ def sequence(name: str, value: Any, max_length: int = 1_000_000) -> list | tuple
     return value
 
 
+def rows(name: str, value: Any, width: int, max_length: int = 1_000_000) -> list | tuple:
+    """A list of ``width``-long lists or tuples (offsets, (topic, partition) pairs), as clients send them."""
+    found = sequence(name, value, max_length)
+    for row in found:
+        if not isinstance(row, (list, tuple)) or len(row) != width:
+            raise InvalidRequestError(f"each item of {name} must be a list of {width}, got {_shown(row)}")
+    return found
+
+
 def mapping(name: str, value: Any, required: tuple[str, ...] = (), allowed: frozenset | None = None) -> dict:
     if not isinstance(value, dict):
         raise InvalidRequestError(f"{name} must be a dict, got {type(value).__name__}")

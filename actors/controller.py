@@ -114,6 +114,8 @@ class Controller:
         self._coordinator_pings: dict[int, tuple[asyncio.Future, float]] = {}
         """Offsets partition -> (the ping in flight to its coordinator, when it was sent)."""
         self._coordinator_answered: dict[int, float] = {}
+        self._coordinators: dict[int, object] = {}
+        """Offsets partition -> its coordinator's handle (the same actor across its restarts)."""
 
     # --- metadata log --------------------------------------------------------------------
 
@@ -277,10 +279,13 @@ class Controller:
                 ping = None
             if ping is None:
                 if now - self._coordinator_answered.get(p, 0.0) >= interval_s:
-                    try:
-                        handle = ray.get_actor(coordinator_actor_name(p), namespace=self.namespace)
-                    except ValueError:
-                        continue
+                    handle = self._coordinators.get(p)
+                    if handle is None:
+                        try:
+                            handle = self._coordinators[p] = ray.get_actor(coordinator_actor_name(p),
+                                                                           namespace=self.namespace)
+                        except ValueError:
+                            continue
                     self._coordinator_pings[p] = (asyncio.wrap_future(handle.ping.remote().future()), now)
                 continue
             if now - ping[1] > limit_s:
@@ -288,9 +293,9 @@ class Controller:
                 logger.warning("group coordinator %d answered no ping for %.1f s (paused or hung): restarting it",
                                p, now - ping[1])
                 try:
-                    ray.kill(ray.get_actor(coordinator_actor_name(p), namespace=self.namespace), no_restart=False)
-                except ValueError:
-                    pass
+                    ray.kill(self._coordinators[p], no_restart=False)
+                except Exception:  # noqa: BLE001 - gone meanwhile: its next ping will tell
+                    self._coordinators.pop(p, None)
 
     async def _preferred_leader_loop(self) -> None:
         while self.config.auto_leader_rebalance_enable:
@@ -540,7 +545,7 @@ class Controller:
         await self._ensure_started()
         wanted = None if partitions is None else {
             (args.text("topic", t, 249), args.integer("partition", p, 0, args.INT32_MAX))
-            for t, p in (args.sequence("pair", tp) for tp in args.sequence("partitions", partitions))}
+            for t, p in args.rows("partitions", partitions, 2)}
         if wanted:
             for t, p in wanted:
                 self.state.partition(t, p)
@@ -570,7 +575,7 @@ class Controller:
         replicas catch up before the old ones are dropped)."""
         args.mapping("reassignments", reassignments)
         for key, target_nodes in reassignments.items():
-            name, p = args.sequence("(topic, partition)", key)
+            name, p = args.rows("(topic, partition)", [key], 2)[0]
             self.state.partition(name, p)
             for node in args.sequence("nodes", target_nodes, 1024):
                 args.text("node id", node, 128)

@@ -246,13 +246,14 @@ class GroupCoordinator:
         args.integer("member_epoch", member_epoch, -2, args.INT32_MAX)
         request = {(args.text("topic", t, 249), args.integer("partition", p, 0, args.INT32_MAX)):
                    (args.integer("offset", o, 0), args.text("metadata", m, 4096, empty=True))
-                   for t, p, o, m in _rows(offsets, 4)}
+                   for t, p, o, m in args.rows("offsets", offsets, 4)}
         await self._handle(lambda: self.state.commit_offsets(group_id, member_id, member_epoch, request))
 
     async def fetch_offsets(self, group_id: str, partitions: list | None = None) -> list:
         await self._ready()
         wanted = None if partitions is None else [
-            (args.text("topic", t, 249), args.integer("partition", p, 0, args.INT32_MAX)) for t, p in _rows(partitions, 2)]
+            (args.text("topic", t, 249), args.integer("partition", p, 0, args.INT32_MAX))
+            for t, p in args.rows("partitions", partitions, 2)]
         found = self.state.fetch_offsets(group_id, wanted)
         return [[t, p, o, m] for (t, p), (o, m) in sorted(found.items())]
 
@@ -270,22 +271,13 @@ class GroupCoordinator:
     async def reset_offsets(self, group_id: str, offsets: list) -> None:
         """``offsets``: [[topic, partition, offset or None], ...] (None deletes the commit)."""
         request = {(args.text("topic", t, 249), args.integer("partition", p, 0, args.INT32_MAX)):
-                   args.optional_integer("offset", o, 0) for t, p, o in _rows(offsets, 3)}
+                   args.optional_integer("offset", o, 0) for t, p, o in args.rows("offsets", offsets, 3)}
         await self._handle(lambda: self.state.reset_offsets(group_id, request))
 
     async def ping(self) -> int:
         import os
 
         return os.getpid()
-
-
-def _rows(value, width: int) -> list:
-    """A list of ``width``-long lists (offsets, partitions), as the clients send them."""
-    rows = args.sequence("rows", value)
-    for row in rows:
-        if not isinstance(row, (list, tuple)) or len(row) != width:
-            raise InvalidRequestError(f"each row must be a list of {width} items, got {row!r:.60}")
-    return rows
 
 
 _HEARTBEAT_FIELDS = frozenset(HeartbeatRequest.__dataclass_fields__)
@@ -310,5 +302,5 @@ def _heartbeat_request(request) -> HeartbeatRequest:
     if request.get("owned_partitions") is not None:
         request["owned_partitions"] = tuple(
             (args.text("topic", t, 249), args.integer("partition", p, 0, args.INT32_MAX))
-            for t, p in _rows(request["owned_partitions"], 2))
+            for t, p in args.rows("owned_partitions", request["owned_partitions"], 2))
     return HeartbeatRequest(**request)

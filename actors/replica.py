@@ -57,9 +57,9 @@ from actors.replica_state import FOLLOWER, LEADER, NONE, ReplicaState, out_of_ra
 from raylog import memory
 from raylog.config import ClusterConfig, TopicConfig
 from raylog.errors import (
-    FencedLeaderEpochError, InvalidOffsetError, KafkaStorageError, KafkaTimeoutError, LeaderNotAvailableError,
-    NotEnoughReplicasError, NotLeaderForPartitionError, OffsetNotAvailableError, OffsetOutOfRangeError,
-    InvalidRequestError, OutOfOrderSequenceError, RaylogError,
+    FencedLeaderEpochError, InvalidOffsetError, InvalidRequestError, KafkaStorageError, KafkaTimeoutError,
+    LeaderNotAvailableError, NotEnoughReplicasError, NotLeaderForPartitionError, OffsetNotAvailableError,
+    OffsetOutOfRangeError, OutOfOrderSequenceError, RaylogError,
 )
 from raylog.naming import CONTROLLER_ACTOR_NAME
 from raylog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
@@ -594,7 +594,8 @@ class PartitionReplica:
         # The leader's log start moves with delete_records and retention; a follower that kept its
         # own would serve the deleted records again after a failover (Kafka's followers take it from
         # every fetch response).
-        self._advance_log_start(min(leader_start, self.log.log_end_offset))
+        if leader_start > self.log.log_start_offset:
+            self._advance_log_start(min(leader_start, self.log.log_end_offset))
         self.state.on_follower_append(self.log.log_end_offset, leader_hw)
         if self.state.high_watermark != self._hw_checkpointed and self._hw_timer is None:
             self._hw_timer = asyncio.get_running_loop().call_later(HW_CHECKPOINT_DELAY_S, self._checkpoint_hw)

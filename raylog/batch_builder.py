@@ -63,7 +63,7 @@ class ProducerBatch:
     """One encoded batch for one partition: what the sender ships, retries and completes."""
 
     __slots__ = ("tp", "result", "indices", "records", "count", "nbytes", "created", "attempts",
-                 "retry_at", "epoch", "base_sequence", "order", "sent_at", "ever_sent", "error")
+                 "retry_at", "epoch", "base_sequence", "order", "sent_at", "ever_sent", "error", "last_error")
 
     def __init__(self, tp: TopicPartition, result, indices: np.ndarray, records: bytearray | None, nbytes: int,
                  created: float, order: int):
@@ -88,6 +88,8 @@ class ProducerBatch:
         self.ever_sent = False
         self.error: BaseException | None = None
         """Set when the batch failed before it could be sent (a record too large once encoded)."""
+        self.last_error: BaseException | None = None
+        """The retriable error its last attempt got, named when delivery_timeout_ms runs out."""
 
 
 class ListBinary:

@@ -110,14 +110,17 @@ def _ray_address(address: str | None, timeout_s: float) -> str:
         if recorded is None:
             return "local"
         if _answers(recorded, timeout_s):
-            return recorded
+            # "auto", not the address: Ray then attaches to the same recorded cluster and, as it does
+            # only for a cluster it finds itself, presents the token authentication needs (Ray 2.60
+            # turns it on for the local clusters it starts, raylog's included).
+            return "auto"
         logger.warning("the Ray cluster last started on this machine (%s, recorded in %s) does not answer; "
                        "starting a new local Ray", recorded, get_ray_address_file(None))
         return "local"
     if given == "auto":
         recorded = read_ray_address()
         if recorded is None or _answers(recorded, timeout_s):
-            return recorded or "auto"
+            return "auto"
         given = recorded
     elif given.startswith("ray://") or _answers(given, timeout_s):
         return given

@@ -9,7 +9,9 @@ from typing import Any, Callable, TypeVar
 import ray
 import ray.exceptions as rex
 
-from raylog.errors import ActorCallError, KafkaTimeoutError, RaylogError, ReplicaNotAvailableError
+from raylog.errors import (
+    ActorCallError, KafkaTimeoutError, RaylogError, ReplicaNotAvailableError, UnknownTopicOrPartitionError,
+)
 
 T = TypeVar("T")
 RETRY_BACKOFF_S = 0.1
@@ -75,13 +77,14 @@ def with_retries(call: Callable[[], T], timeout_s: float, on_retry: Callable[[],
     """``call()`` again after each retriable raylog error (a leader moving, a new leader not yet able
     to answer) until it succeeds or ``timeout_s`` has passed; ``on_retry()`` runs before each retry
     (a metadata refresh). The last error is raised when time runs out, as Kafka's clients do within
-    default.api.timeout.ms."""
+    default.api.timeout.ms. A topic or partition that does not exist is not waited for."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
             return call()
         except RaylogError as exc:
-            if not exc.retriable or time.monotonic() + RETRY_BACKOFF_S > deadline:
+            if not exc.retriable or isinstance(exc, UnknownTopicOrPartitionError) \
+                    or time.monotonic() + RETRY_BACKOFF_S > deadline:
                 raise
         if on_retry is not None:
             on_retry()

@@ -311,9 +311,11 @@ class Sender(threading.Thread):
             kept = deque()
             for batch in st.queue:
                 if batch.created + delivery_s <= now:
+                    last = f"; the last attempt failed with {type(batch.last_error).__name__}: {batch.last_error}" \
+                        if batch.last_error is not None else ""
                     self._give_up(st, batch, KafkaTimeoutError(
                         f"records to {batch.tp.topic}-{batch.tp.partition} were not acknowledged within "
-                        f"delivery_timeout_ms ({self.config.delivery_timeout_ms} ms)"))
+                        f"delivery_timeout_ms ({self.config.delivery_timeout_ms} ms){last}"))
                 else:
                     kept.append(batch)
                     due = batch.created + delivery_s
@@ -322,6 +324,7 @@ class Sender(threading.Thread):
         return next_due
 
     def _on_error(self, st: PartitionState, batch: ProducerBatch, error: BaseException, now: float) -> None:
+        batch.last_error = error
         age_s = now - batch.created
         in_time = age_s * 1000 < self.config.delivery_timeout_ms
         if self.idempotent and isinstance(error, (OutOfOrderSequenceError, InvalidProducerEpochError)):

@@ -139,6 +139,10 @@ def session(app_name: str = "raylog", num_executors: int = 1, executor_cores: in
         "spark.executorEnv.RAYLOG_NAMESPACE": namespace,
         "spark.executorEnv.SPARK_LOCAL_IP": "127.0.0.1",
         "spark.executorEnv.RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+        # Spark's Python workers join Ray themselves (worker.py): they present Ray's token as this
+        # driver does (the mode, and the token's file if not the default; never the token itself).
+        **{f"spark.executorEnv.{name}": os.environ[name] for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")
+           if name in os.environ},
         **(configs or {}),
     }
     import raydp

@@ -4,15 +4,19 @@ Fault model: replica and controller processes are paused (SIGSTOP, as a GC pause
 a hung disk or an overloaded host does: the process keeps its sockets and its
 memory and answers nothing) or killed (SIGKILL; Ray restarts them on their node);
 a follower is added while the leader's log start sits in the middle of a batch;
-the controller hands a replica an older state than the one it holds. Everything
-runs on a simulated cluster (head + 3 workers) with real replica processes.
+the controller hands a replica an older state than the one it holds; a node's
+data directory fills up (each worker's is a small tmpfs, where the machine lets
+the test mount one). Everything runs on a simulated cluster (head + 3 workers)
+with real replica processes.
 
 What must hold: nothing acknowledged is lost or hidden (a new leader never
 reports a high watermark below what the old one acknowledged); records deleted
 with delete_records stay deleted after a failover; a lagging or new replica
 always catches up; a paused leader is replaced while it sleeps and, when it
 wakes, acknowledges nothing; a replica the controller could not reach when it
-restarted is watched again once it answers.
+restarted is watched again once it answers; a full disk fails appends with an
+error naming the directory, keeps everything readable, and a follower on it
+leaves the ISR and catches up once space returns.
 """
 
 from __future__ import annotations
@@ -26,13 +30,16 @@ import numpy as np
 import pytest
 import ray
 
-from raylog.errors import LeaderNotAvailableError, NotLeaderForPartitionError, OutOfOrderSequenceError, RaylogError
+from raylog.errors import (
+    KafkaStorageError, LeaderNotAvailableError, NotLeaderForPartitionError, OutOfOrderSequenceError, RaylogError,
+)
 from raylog.naming import CONTROLLER_ACTOR_NAME
 from raylog.protocol import LATEST_TIMESTAMP
 from raylog.records import TopicPartition
 from raylog.storage import batch as record_batch
 from tests.integration.conftest import wait_for
 from tests.support.cluster import simulated_cluster
+from tests.support.faults import fill, tmpfs_data_dirs, unmount
 from tests.support.topics import consume_all
 
 pytestmark = [pytest.mark.ray, pytest.mark.cluster, pytest.mark.slow]
@@ -44,11 +51,17 @@ REQUEST_MS = 4000
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory):
-    with simulated_cluster(str(tmp_path_factory.mktemp("replication-faults")), workers=3, cluster_config={
+    root = str(tmp_path_factory.mktemp("replication-faults"))
+    with simulated_cluster(root, workers=3, cluster_config={
             "replica_lag_time_max_ms": LAG_MS, "auto_leader_rebalance_enable": False,
             "request_timeout_ms": REQUEST_MS, "replica_fetch_wait_max_ms": 3000,
             "replica_session_timeout_ms": SESSION_MS, "replica_heartbeat_interval_ms": 500}) as sim:
-        yield sim
+        sim.disks = tmpfs_data_dirs(sim, root, size_mb=96)
+        try:
+            yield sim
+        finally:
+            for path in sim.disks.values():
+                unmount(path)
 
 
 def new_topic(sim, rf: int = 3, **configs) -> str:
@@ -311,3 +324,63 @@ def test_replication_factor_three_asks_two_in_sync_replicas_for_acks_all_unless_
     assert admin.describe_topics([new_topic(sim)])[0].config["min_insync_replicas"] == 2
     assert admin.describe_topics([new_topic(sim, rf=2)])[0].config["min_insync_replicas"] == 1
     assert admin.describe_topics([new_topic(sim, min_insync_replicas=1)])[0].config["min_insync_replicas"] == 1
+
+
+def disk_of(sim, replica: dict):
+    if not sim.disks:
+        pytest.skip("needs permission to mount a tmpfs on a node's data directory (root, as here); not allowed "
+                    "on this machine")
+    return sim.disks[replica["node_id"]] / "ballast.fill"
+
+
+def test_a_full_disk_fails_appends_by_name_keeps_records_readable_and_writing_resumes_when_space_returns(sim):
+    topic = new_topic(sim, min_insync_replicas=2)
+    producer = sim.cluster.producer(acks="all", linger_ms=0)
+    producer.send_batch(topic, [b"before-%d" % i for i in range(100)]).wait(timeout=30)
+    leader = next(r for r in replicas(sim, topic).values() if r["role"] == "leader")
+    ballast = disk_of(sim, leader)
+    fill(ballast)
+    try:
+        # Big enough to need fresh pages: the last page the log wrote may still have room.
+        batch = record_batch.build([b"on a full disk %d" % i + b"x" * 1000 for i in range(200)], compression="none")
+        with pytest.raises(KafkaStorageError) as full:
+            ray.get(handles(sim, topic)[leader["replica_id"]].produce.remote(np.frombuffer(batch, dtype=np.uint8), -1))
+        assert leader["directory"] in str(full.value) and full.value.retriable
+        impatient = sim.cluster.producer(acks="all", delivery_timeout_ms=3000, request_timeout_ms=2000, linger_ms=0)
+        with pytest.raises(RaylogError, match="KafkaStorageError: cannot write to log directory"):
+            impatient.send_batch(topic, [os.urandom(8000) for _ in range(50)]).wait(timeout=30)
+        impatient.close()
+        reader = sim.cluster.consumer(topic, auto_offset_reset="earliest")
+        assert [r.value for r in consume_all(reader, 100)] == [b"before-%d" % i for i in range(100)]
+        reader.close()
+        late = [b"waits for space"] + [os.urandom(1000) for _ in range(99)]  # incompressible: needs pages
+        waiting = producer.send_batch(topic, late)
+        time.sleep(2)
+    finally:
+        ballast.unlink(missing_ok=True)
+    assert waiting.offsets(timeout=60).tolist() == list(range(100, 200)), "appended once space returns"
+    assert producer.send(topic, b"after").get(timeout=30).offset == 200
+    reader = sim.cluster.consumer(topic, auto_offset_reset="earliest")
+    values = [r.value for r in consume_all(reader, 201)]
+    assert values == [b"before-%d" % i for i in range(100)] + late + [b"after"]
+    reader.close()
+    producer.close()
+
+
+def test_a_follower_whose_disk_is_full_leaves_the_isr_and_catches_up_when_space_returns(sim):
+    topic = new_topic(sim, min_insync_replicas=2)
+    producer = sim.cluster.producer(acks="all", linger_ms=0)
+    producer.send(topic, b"warm").get(timeout=30)
+    follower = next(r for r in replicas(sim, topic).values() if r["role"] == "follower")
+    ballast = disk_of(sim, follower)
+    fill(ballast)
+    try:
+        for i in range(20):
+            producer.send_batch(topic, [b"%d-%d" % (i, j) for j in range(50)]).wait(timeout=60)
+        wait_for(lambda: follower["replica_id"] not in partition(sim, topic)["isr"], timeout_s=LAG_MS / 1000 + 20)
+        assert replicas(sim, topic)[follower["replica_id"]]["log_end_offset"] < 1001
+    finally:
+        ballast.unlink(missing_ok=True)
+    wait_for(lambda: follower["replica_id"] in partition(sim, topic)["isr"], timeout_s=60)
+    assert {r["log_end_offset"] for r in replicas(sim, topic).values()} == {1001}
+    producer.close()

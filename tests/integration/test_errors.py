@@ -164,13 +164,14 @@ def test_a_bug_inside_an_actor_becomes_actor_call_error_naming_actor_and_call(cl
     import ray
 
     handle = cluster.metadata.leader(topic, 0)
-    # A wrong argument type that no public path sends: the replica fails with a Python TypeError.
+    # Every public method checks its arguments (InvalidRequestError); an internal one called with a
+    # wrong type, as no path does, fails with a Python TypeError: a bug, as any other would be.
     with pytest.raises(ActorCallError) as info:
-        raylog.ray_calls.get(handle.fetch.remote("not-an-offset", 1024), 30)
+        raylog.ray_calls.get(handle._check_leader.remote("not-an-epoch"), 30)
     message = str(info.value)
-    assert "PartitionReplica" in message and "fetch" in message and "TypeError" in message, message
+    assert "PartitionReplica" in message and "_check_leader" in message and "TypeError" in message, message
     assert not ANSI.search(message) and "ray::" not in message
-    assert "fetch" in info.value.remote_traceback
+    assert "_check_leader" in info.value.remote_traceback
     assert ray.get(handle.ping.remote()) is True, "the replica survives its own bug"
 
 

@@ -404,6 +404,25 @@ def test_a_planned_batch_reads_to_its_planned_end_even_when_the_high_watermark_i
     assert everything == [(0, i) for i in range(20)], "nothing skipped, nothing twice"
 
 
+def test_sparks_python_workers_join_ray_with_its_token(cluster, spark):
+    """Issue 19: every process raylog starts keeps Ray's token authentication on, Spark's
+    Python workers (which join Ray themselves) included."""
+    from ray._raylet import AuthenticationMode
+
+    address = spark_bridge.launch.ray_address()
+
+    def mode(_rows):
+        from ray._raylet import get_authentication_mode
+
+        from spark_bridge.worker import cluster as join
+
+        join(address, "raylog")
+        yield int(get_authentication_mode())
+
+    modes = spark.spark.sparkContext.parallelize(range(2), 2).mapPartitions(mode).collect()
+    assert modes == [int(AuthenticationMode.TOKEN)] * 2
+
+
 # --- the session ------------------------------------------------------------------------------------
 
 

@@ -23,7 +23,11 @@ FAST_HEALTH_CHECKS = {
     "health_check_timeout_ms": 500,
     "health_check_failure_threshold": 3,
 }
-NODE_ARGS = {"num_cpus": 1, "object_store_memory": 100 * 1024 * 1024}
+NODE_ARGS = {"num_cpus": 1, "object_store_memory": 100 * 1024 * 1024, "node_ip_address": "127.0.0.1"}
+"""Every simulated node on loopback: without node_ip_address, ray.cluster_utils binds the machine's
+address and all interfaces (seen with ss), whatever RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER says. (A
+client must then also keep 127.0.0.1: tests/conftest.py sets RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
+before Ray is imported, or Ray rewrites it to the machine's address.)"""
 
 
 class SimulatedCluster:
@@ -57,14 +61,19 @@ class SimulatedCluster:
 
 
 @contextlib.contextmanager
-def simulated_cluster(data_root: str, workers: int = 3, cluster_config: dict | None = None):
+def simulated_cluster(data_root: str, workers: int = 3, cluster_config: dict | None = None,
+                      log_to_driver: bool = True, head_resources: dict | None = None, head_cpus: int = 1):
+    """``head_resources``: custom resources of the head node only (to pin something there), which
+    has ``head_cpus`` CPUs."""
     sim = Cluster(initialize_head=True,
-                  head_node_args={**NODE_ARGS, "_system_config": {**FAST_HEALTH_CHECKS, **RAY_SYSTEM_CONFIG}})
+                  head_node_args={**NODE_ARGS, "num_cpus": head_cpus, "resources": head_resources or {},
+                                  "_system_config": {**FAST_HEALTH_CHECKS, **RAY_SYSTEM_CONFIG}})
     try:
         for _ in range(workers):
             sim.add_node(**NODE_ARGS)
         sim.wait_for_nodes()
-        cluster = raylog.connect(address=sim.address, data_root=data_root, cluster_config=cluster_config)
+        cluster = raylog.connect(address=sim.address, data_root=data_root, cluster_config=cluster_config,
+                                 log_to_driver=log_to_driver)
         yield SimulatedCluster(sim, cluster)
     finally:
         ray.shutdown()

@@ -1,0 +1,101 @@
+"""The trust model, tested (issue 19): raylog trusts what Ray admits, and keeps Ray's gate shut.
+
+Fault model: a hostile or careless caller. Topic names come from users and become directory
+names: any name (traversal, separators, NUL, 300 characters, names that are legal but look like
+paths) is refused or lands under the data directory, whether it comes through the admin client or
+straight at the controller. Ray's token authentication (on by default in Ray 2.60) is what keeps
+strangers out of the cluster: a raylog-started Ray must have it on, a process without the token
+must be refused, and every process raylog starts (its actors, the Spark workers, tested in
+tests/spark) must hold the token.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import hypothesis
+import hypothesis.strategies as st
+import pytest
+import ray
+
+from raylog.errors import InvalidTopicError, RaylogError
+from raylog.naming import CONTROLLER_ACTOR_NAME
+
+pytestmark = pytest.mark.ray
+
+names = st.one_of(
+    st.text(max_size=300),
+    st.sampled_from(["..", ".", "../x", "a/../../b", "/abs", "x\0y", "a\\b", "~root", "$HOME", "x" * 250, ""]),
+    st.text(alphabet="./-_", min_size=1, max_size=8),
+)
+
+
+def files_under(path: Path) -> set[str]:
+    return {str(p) for p in path.rglob("*")}
+
+
+def test_topic_names_never_reach_a_path_outside_the_data_directory(cluster, data_root, seed):
+    admin = cluster.admin()
+    controller = ray.get_actor(CONTROLLER_ACTOR_NAME, namespace="raylog")
+    outside = data_root.parent
+    before = files_under(outside) - files_under(data_root)
+    created: list[str] = []
+
+    @hypothesis.settings(max_examples=60, deadline=None, database=None,
+                         suppress_health_check=list(hypothesis.HealthCheck))
+    @hypothesis.seed(seed)
+    @hypothesis.given(names)
+    def try_name(name):
+        for create in (lambda: admin.create_topic(name, 1),
+                       lambda: ray.get(controller.create_topic.remote(name, 1, 1, {}))):
+            try:
+                create()
+            except ray.exceptions.RayTaskError as exc:
+                assert isinstance(exc.cause, InvalidTopicError) or isinstance(exc.cause, RaylogError), exc
+                continue
+            except InvalidTopicError:
+                continue
+            except RaylogError as exc:  # a legal name created twice
+                assert "already exists" in str(exc)
+                continue
+            created.append(name)
+
+    try_name()
+    for name in set(created):
+        for p in admin.describe_topics([name])[0].partitions:
+            for replica in p.replicas:
+                resolved = Path(replica.directory).resolve()
+                assert resolved.is_relative_to(data_root.resolve()), (name, replica.directory)
+    assert files_under(outside) - files_under(data_root) == before, "nothing written outside the data directory"
+    if created:
+        admin.delete_topics(sorted(set(created)))
+
+
+def test_rays_token_authentication_is_on_and_a_process_without_the_token_is_refused(cluster, tmp_path):
+    from ray._raylet import AuthenticationMode, get_authentication_mode
+
+    assert get_authentication_mode() == AuthenticationMode.TOKEN
+
+    @ray.remote(num_cpus=0)
+    def mode_in_a_worker() -> int:
+        from ray._raylet import get_authentication_mode as mode
+
+        return int(mode())
+
+    assert ray.get(mode_in_a_worker.remote()) == int(AuthenticationMode.TOKEN), "Ray's workers hold the token"
+    address = ray.get_runtime_context().gcs_address
+    probe = ("import ray, raylog; ray.init(address=%r, namespace='raylog', log_to_driver=False); "
+             "print(len(raylog.connect(address=%r).admin().list_topics()) >= 0)") % (address, address)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    stranger = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                              env={**env, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "not-the-token"})
+    assert stranger.returncode != 0, "a process with the wrong token was let in"
+    assert "auth" in (stranger.stderr + stranger.stdout).lower()
+    probe = "import raylog; print(len(raylog.connect().admin().list_topics()) >= 0)"
+    env.pop("RAY_ADDRESS", None)
+    member = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=env)
+    assert member.returncode == 0 and "True" in member.stdout, (
+        "raylog.connect() in another process (as the raylog CLI) presents the token: " + member.stderr[-2000:])

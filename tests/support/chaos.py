@@ -1,0 +1,510 @@
+"""A Jepsen-style chaos run: a real workload on a simulated cluster, seeded faults, a checked history.
+
+The workload (what Kafka users run, and what Jepsen's queue test runs against Kafka):
+
+- Two idempotent producers (acks='all') send keyed records ``b"<key>:<n>"`` (n counts up per
+  key) to a 3-partition topic with replication factor 3 and min_insync_replicas 2. Every send is
+  recorded when issued and again when its future completes (acknowledged at a partition and
+  offset, or failed).
+- A consumer group of members running as Ray actors polls, records what it got (through a
+  ledger actor that outlives any member), then commits. Members are killed and paused by the
+  faults; a supervisor starts new ones to keep two running, and now and then adds a third and
+  closes one, so members join and leave while everything else goes on.
+- An observer reads the group's committed offsets twice a second.
+- With ``spark=True``, a Spark micro-batch stream (spark_bridge.stream through RayDP) reads the
+  topic under its own group and writes each batch to parquet under its batch id; the checker
+  reads the parquet back.
+
+Faults come from tests/support/faults.py (its module doc is the fault model), one at a time:
+inject, hold it for its duration, heal, let the cluster settle, next. At the end every fault is
+healed, the producers stop and flush, the group (and the stream) drain to the end of every
+partition, and a fresh consumer reads everything. tests/support/history.py then checks the whole
+history and names every anomaly; for acks='all' with idempotence none is allowed.
+
+Run it: ``python -m tests.support.chaos --minutes 30 --out bench/results/chaos.json`` (``make
+chaos``), or ``run(...)`` from a test (``tests/faults/test_chaos.py`` runs a short one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import random
+import shutil
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import ray
+
+from raylog.errors import RaylogError
+from raylog.records import TopicPartition
+from tests.support.cluster import simulated_cluster
+from tests.support.faults import CLUSTER, KILLS, PAUSES, FaultInjector, tmpfs_data_dirs, unmount
+from tests.support.history import History, render, value_of
+
+TOPIC = "chaos"
+GROUP = "chaos-group"
+STREAM_GROUP = "chaos-stream"
+PARTITIONS = 3
+CLUSTER_CONFIG = {
+    "replica_lag_time_max_ms": 5000,
+    "replica_session_timeout_ms": 4000,
+    "replica_heartbeat_interval_ms": 500,
+    "request_timeout_ms": 10_000,
+    "offsets_topic_num_partitions": 1,
+    "leader_imbalance_check_interval_ms": 15_000,
+}
+MEMBER_CONFIG = {"session_timeout_ms": 4000, "heartbeat_interval_ms": 500, "max_poll_interval_ms": 60_000,
+                 "request_timeout_ms": 10_000}
+PRODUCER_CONFIG = {"acks": "all", "linger_ms": 5, "request_timeout_ms": 10_000, "delivery_timeout_ms": 180_000,
+                   "retry_backoff_ms": 100}
+MEMBERS = 2
+SEND_INTERVAL_S = 0.02
+"""Each producer sends one record per key every this long: about 600 records a second in all, so
+a half-hour run stores about 120 MB per node (each node's data directory is a 512 MB tmpfs)."""
+DATA_DIR_MB = 512
+WEIGHTS = {**{k: 2 for k in KILLS}, **{k: 2 for k in PAUSES}, "lose-node": 1, "elect-leaders": 1, "reassign": 1,
+           "fill-disk": 1}
+SHORT_SCHEDULE = ["pause-leader", "kill-leader", "pause-coordinator", "kill-member", "fill-disk", "kill-controller",
+                  "pause-follower", "lose-node", "pause-controller", "reassign"]
+"""The short run's faults, in order (its targets and durations are still drawn from the seed)."""
+
+
+@ray.remote(num_cpus=0, resources={"node:__internal_head__": 0.001})
+class Ledger:
+    """What members did, in the order they reported it (one actor: one order across members)."""
+
+    def __init__(self):
+        self.rows: list[tuple] = []
+
+    def add(self, rows: list[tuple]) -> None:
+        self.rows.extend(rows)
+
+    def since(self, index: int) -> list[tuple]:
+        return self.rows[index:]
+
+
+@ray.remote(num_cpus=0, max_restarts=0)
+class ChaosMember:
+    """One group member: poll, report to the ledger, commit; rebalances reported as they happen."""
+
+    def __init__(self, name: str, ledger, configs: dict):
+        import raylog
+        from raylog.group_member import ConsumerRebalanceListener
+
+        self.session = f"{GROUP}/{name}"
+        self.ledger = ledger
+        self.cluster = raylog.connect(address="auto", namespace="raylog")
+        self.consumer = self.cluster.consumer(group_id=GROUP, auto_offset_reset="earliest",
+                                              enable_auto_commit=False, **configs)
+        session, report = self.session, self._report
+
+        class Listener(ConsumerRebalanceListener):
+            def on_partitions_assigned(self, assigned):
+                report([("assigned", session, sorted(tp.partition for tp in assigned))])
+
+            def on_partitions_revoked(self, revoked):
+                report([("revoked", session, sorted(tp.partition for tp in revoked))])
+
+        self.consumer.subscribe([TOPIC], listener=Listener())
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _report(self, rows: list[tuple]) -> None:
+        ray.get(self.ledger.add.remote(rows))
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                chunks = self.consumer.poll_batch(timeout_ms=200)
+                rows = [("poll", self.session, chunk.partition, chunk.offsets.tolist(), chunk.value_list())
+                        for chunk in chunks if len(chunk)]
+                if rows:
+                    self._report(rows)  # processed before committed: a kill after this re-reads, never skips
+                    self.consumer.commit()
+            except RaylogError as exc:
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+                time.sleep(0.2)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def error_list(self) -> list[str]:
+        return list(self.errors)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=20)
+        self.consumer.close(autocommit=False)
+
+
+class Producers:
+    """Producer threads in the driver, each an idempotent acks='all' Producer of its own."""
+
+    def __init__(self, cluster, history: History, count: int = 2, keys: int = 6):
+        self.history = history
+        self.producers = [cluster.producer(**PRODUCER_CONFIG) for _ in range(count)]
+        self.keys = keys
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(count)]
+        for t in self._threads:
+            t.start()
+
+    def _run(self, index: int) -> None:
+        producer, history, name = self.producers[index], self.history, f"producer-{index}"
+        n = 0
+        while not self._stop.is_set():
+            for k in range(self.keys):
+                key = b"p%dk%d" % (index, k)
+                value = value_of(key, n)
+                history.issue(name, value, TOPIC)
+                try:
+                    future = producer.send(TOPIC, value, key=key)
+                except RaylogError as exc:
+                    history.fail(value, exc)
+                    continue
+                future.add_callback(lambda meta, v=value: history.ack(v, meta.partition, meta.offset))
+                future.add_errback(lambda error, v=value: history.fail(v, error))
+            n += 1
+            time.sleep(SEND_INTERVAL_S)
+
+    def stop(self, flush_timeout_s: float = 240) -> None:
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=30)
+        for producer in self.producers:
+            try:
+                producer.flush(timeout=flush_timeout_s)
+            except RaylogError:
+                pass  # what did not complete is recorded as failed by its errback
+            producer.close(timeout=30)
+
+
+class Group:
+    """The consumer group's members, kept at MEMBERS running; the ledger's rows fed into the history."""
+
+    def __init__(self, history: History, rng: random.Random, log):
+        self.history = history
+        self.rng = rng
+        self.log = log
+        self.ledger = Ledger.remote()
+        self.members: list = []
+        self._made = 0
+        self._read = 0
+        self._lock = threading.Lock()
+        for _ in range(MEMBERS):
+            self.add()
+
+    def add(self) -> None:
+        self._made += 1
+        member = ChaosMember.remote(f"m{self._made}", self.ledger, MEMBER_CONFIG)
+        with self._lock:
+            self.members.append(member)
+
+    def handles(self) -> list:
+        with self._lock:
+            return list(self.members)
+
+    def supervise(self) -> None:
+        """Replace dead members; now and then let one more join and close an old one."""
+        alive = []
+        for member in self.handles():
+            try:
+                ray.get(member.pid.remote(), timeout=15)
+                alive.append(member)
+            except (ray.exceptions.RayError, TimeoutError):
+                self.log("  a member is gone; a new one joins")
+        with self._lock:
+            self.members = alive
+        while len(self.handles()) < MEMBERS:
+            self.add()
+        if self.rng.random() < 0.15:
+            self.add()
+            oldest = self.handles()[0]
+            with self._lock:
+                self.members.remove(oldest)
+            try:
+                ray.get(oldest.stop.remote(), timeout=30)
+            except ray.exceptions.RayError:
+                pass
+            self.log("  a member joined and the oldest left")
+
+    def pump(self) -> None:
+        """Record what the members reported since the last pump, in the ledger's order."""
+        rows = ray.get(self.ledger.since.remote(self._read), timeout=60)
+        self._read += len(rows)
+        for row in rows:
+            kind = row[0]
+            if kind == "poll":
+                self.history.poll(row[1], row[2], row[3], row[4])
+            elif kind == "assigned":
+                self.history.assigned(row[1], row[2])
+            elif kind == "revoked":
+                self.history.revoked(row[1], row[2])
+
+    def stop(self) -> None:
+        for member in self.handles():
+            try:
+                ray.get(member.stop.remote(), timeout=60)
+            except ray.exceptions.RayError:
+                pass
+
+
+def committed(cluster, group: str) -> dict[int, int]:
+    found = cluster.admin().list_consumer_group_offsets(group, [TopicPartition(TOPIC, p) for p in range(PARTITIONS)])
+    return {tp.partition: om.offset for tp, om in found.items() if om is not None}
+
+
+def end_offsets(cluster) -> dict[int, int]:
+    ends = cluster.admin().end_offsets([TopicPartition(TOPIC, p) for p in range(PARTITIONS)])
+    return {tp.partition: o for tp, o in ends.items()}
+
+
+def read_everything(cluster, timeout_s: float = 180) -> dict[int, list[tuple[int, bytes]]]:
+    ends = end_offsets(cluster)
+    consumer = cluster.consumer(auto_offset_reset="earliest")
+    consumer.assign([TopicPartition(TOPIC, p) for p in range(PARTITIONS)])
+    out: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(PARTITIONS)}
+    deadline = time.monotonic() + timeout_s
+    try:
+        while any((out[p][-1][0] + 1 if out[p] else 0) < ends[p] for p in out):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"could not read {TOPIC} to its end offsets {ends}")
+            for chunk in consumer.poll_batch(timeout_ms=500):
+                out[chunk.partition].extend(zip(chunk.offsets.tolist(), chunk.value_list()))
+    finally:
+        consumer.close()
+    return out
+
+
+def wait_healthy(cluster, timeout_s: float) -> bool:
+    """Every partition of the topic led and with at least 2 in-sync replicas."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            states = cluster.admin().describe_partitions(TOPIC)
+            if all(not s["offline"] and len(s["isr"]) >= 2 for s in states):
+                return True
+        except RaylogError:
+            pass
+        time.sleep(1)
+    return False
+
+
+SPARK_HOST = "chaos_spark_host"
+"""A resource only the head node has: Spark's app master and executor run there, so losing a worker
+node loses raylog replicas, not the Spark job reading them (RayDP does not replace lost executors)."""
+
+
+class Stream:
+    """The Spark micro-batch stream: parquet per batch id under ``out``."""
+
+    def __init__(self, out: Path):
+        import spark_bridge
+
+        self.out = out
+        self.session = spark_bridge.session(app_name="raylog-chaos", configs={
+            f"spark.ray.raydp_spark_executor.actor.resource.{SPARK_HOST}": "1",
+            f"spark.ray.raydp_spark_master.actor.resource.{SPARK_HOST}": "1"})
+        self.query = spark_bridge.stream(
+            self.session, TOPIC, STREAM_GROUP,
+            lambda df, batch_id: df.select("partition", "offset", "value").write.parquet(
+                str(out / f"batch-{batch_id:06d}"), mode="overwrite"),
+            starting_offsets="earliest", max_offsets_per_trigger=20_000, trigger_interval_s=1.0)
+
+    def drain(self, cluster, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not self.query.is_active:
+                return False
+            ends = end_offsets(cluster)
+            if committed(cluster, STREAM_GROUP) == ends:
+                return True
+            time.sleep(1)
+        return False
+
+    def stop(self) -> None:
+        if self.session is None:
+            return
+        try:
+            self.query.stop(120)
+        finally:
+            self.session.stop(timeout_s=60)
+            self.session = None
+
+    def record(self, history: History) -> None:
+        """Each batch's rows as one poll per partition (a batch is one read of its ranges)."""
+        import pyarrow.parquet as pq
+
+        for batch_dir in sorted(self.out.glob("batch-*")):
+            table = pq.read_table(batch_dir)
+            rows = sorted(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(),
+                              table.column("value").to_pylist()))
+            session = f"{STREAM_GROUP}/{batch_dir.name}"
+            history.assigned(session, list(range(PARTITIONS)))
+            for p in range(PARTITIONS):
+                got = [(o, v) for q, o, v in rows if q == p]
+                if got:
+                    history.poll(session, p, [o for o, _ in got], [v for _, v in got])
+
+
+def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = False, short: bool = False,
+        log=print) -> dict:
+    """One chaos run; returns the report (see ``to_json``). ``short`` runs SHORT_SCHEDULE's faults
+    with pauses of 2-6 s instead of random faults of up to 20 s."""
+    rng = random.Random(seed)
+    own_root = data_root is None
+    root = Path(data_root or tempfile.mkdtemp(prefix="raylog-chaos-"))
+    started = time.monotonic()
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+
+    def say(text: str) -> None:
+        log(f"[{time.monotonic() - started:7.1f} s] {text}")
+
+    history = History()
+    report: dict = {"seed": seed, "minutes": minutes, "started": stamp, "spark": spark, "short": short}
+    mounts: dict = {}
+    with simulated_cluster(str(root), workers=3, cluster_config=CLUSTER_CONFIG, log_to_driver=False,
+                           head_resources={SPARK_HOST: 4} if spark else None, head_cpus=3 if spark else 1) as sim, \
+            contextlib.ExitStack() as cleanup:
+        # Undone in reverse order even when the run fails: no paused process, thread or mount outlives it.
+        cleanup.callback(lambda: [unmount(path) for path in mounts.values()])
+        mounts = tmpfs_data_dirs(sim, str(root), size_mb=DATA_DIR_MB)
+        if not mounts:
+            say("fill-disk skipped: this machine does not let the run mount a tmpfs (needs root)")
+        cluster = sim.cluster
+        cluster.admin().create_topic(TOPIC, PARTITIONS, replication_factor=3)
+        producers = Producers(cluster, history)
+        cleanup.callback(producers.stop, 30)
+        group = Group(history, rng, say)
+        stream = Stream(root / "stream-out") if spark else None
+        if stream is not None:
+            cleanup.callback(stream.stop)
+        injector = FaultInjector(sim, [TOPIC], rng, group=GROUP, members=group.handles, tmpfs_nodes=mounts,
+                                 pause_s=(2.0, 6.0) if short else (2.0, 20.0))
+        cleanup.callback(injector.heal_all)
+        stop_observer = threading.Event()
+        cleanup.callback(stop_observer.set)
+
+        def observe() -> None:
+            while not stop_observer.wait(0.5):
+                try:
+                    for p, o in committed(cluster, GROUP).items():
+                        history.observe_committed(GROUP, p, o)
+                except RaylogError:
+                    pass
+
+        observer = threading.Thread(target=observe, daemon=True)
+        observer.start()
+        say(f"workload running: {len(producers.producers)} producers, {MEMBERS} members"
+            f"{', a Spark stream' if spark else ''}; seed {seed}")
+        time.sleep(5)
+        deadline = started + minutes * 60
+        kinds = [k for k in WEIGHTS for _ in range(WEIGHTS[k])]
+        n = 0
+        while time.monotonic() < deadline:
+            kind = SHORT_SCHEDULE[n % len(SHORT_SCHEDULE)] if short else rng.choice(kinds)
+            if kind == "fill-disk" and not mounts:
+                kind = "pause-follower"
+            n += 1
+            fault = injector.inject(kind)
+            summary = history.summary()
+            say(f"fault {n}: {fault.describe()} | acked {summary['sends_acked']}, "
+                f"polled {summary['records_polled']}")
+            while injector.active:
+                time.sleep(0.5)
+                for due in injector.due():
+                    injector.heal(due)
+                    say(f"  healed {due.kind} {due.target}")
+                group.pump()
+            group.supervise()
+            group.pump()
+            time.sleep(rng.uniform(3, 6) if short else rng.uniform(5, 15))
+        say("faults over: healing, draining")
+        injector.heal_all()
+        healthy = wait_healthy(cluster, 120)
+        group.supervise()
+        time.sleep(5)
+        producers.stop()
+        say(f"producers stopped: {history.summary()['sends_acked']} acknowledged")
+        ends = end_offsets(cluster)
+        drain_deadline = time.monotonic() + 240
+        drained = False
+        while time.monotonic() < drain_deadline:
+            group.pump()
+            if committed(cluster, GROUP) == ends:
+                drained = True
+                break
+            time.sleep(1)
+        stream_drained = stream.drain(cluster, 240) if stream else None
+        group.stop()
+        group.pump()
+        stop_observer.set()
+        observer.join(timeout=10)
+        if stream is not None:
+            stream.stop()
+            stream.record(history)
+            stream = None
+        final = read_everything(cluster)
+        final_committed = {(GROUP, p): o for p, o in committed(cluster, GROUP).items()}
+        if spark:
+            final_committed.update({(STREAM_GROUP, p): o for p, o in committed(cluster, STREAM_GROUP).items()})
+        anomalies = history.check(final, final_committed=final_committed, drained=drained)
+        errors = {}
+        for member in group.handles():
+            try:
+                errors[str(member)] = ray.get(member.error_list.remote(), timeout=10)[-3:]
+            except ray.exceptions.RayError:
+                pass
+    report.update({
+        "duration_s": round(time.monotonic() - started, 1),
+        "machine": f"{platform.node()} ({os.cpu_count()} cores), Python {platform.python_version()}",
+        "healthy_after_faults": healthy,
+        "drained": drained,
+        "stream_drained": stream_drained,
+        "operations": history.summary(),
+        "records_in_log": sum(len(v) for v in final.values()),
+        "faults": injector.counts(),
+        "faults_skipped": injector.skipped(),
+        "anomalies": {name: len(examples) for name, examples in anomalies.items()},
+        "examples": {name: [repr(e) for e in examples[:5]] for name, examples in anomalies.items()},
+        "fault_log": [f"{f.kind} {f.target}" + (f" ({f.error})" if f.error else "") for f in injector.history],
+        "member_errors": errors,
+        "report": render(anomalies, history.summary()),
+    })
+    report["ok"] = not anomalies and drained and healthy and (stream_drained is not False)
+    if own_root:
+        shutil.rmtree(root, ignore_errors=True)
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="A Jepsen-style chaos run against raylog on a simulated cluster.")
+    parser.add_argument("--minutes", type=float, default=float(os.environ.get("CHAOS_MINUTES", 30)))
+    parser.add_argument("--seed", type=int, default=int(os.environ.get("RAYLOG_TEST_SEED", random.randrange(2**31))))
+    parser.add_argument("--spark", action="store_true", help="also run a Spark micro-batch stream (RayDP)")
+    parser.add_argument("--short", action="store_true", help="the short schedule of make test's scenario")
+    parser.add_argument("--out", default="bench/results/chaos.json")
+    args = parser.parse_args()
+    report = run(args.minutes, args.seed, spark=args.spark, short=args.short)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({k: v for k, v in report.items() if k != "report"}, indent=2) + "\n")
+    print(report["report"])
+    print(f"faults by kind: {dict(sorted(Counter(report['faults']).items()))}")
+    print(f"{'OK' if report['ok'] else 'FAILED'}: {report['operations']['sends_acked']} acknowledged sends, "
+          f"{len(report['anomalies'])} anomaly kinds; written to {args.out}")
+    raise SystemExit(0 if report["ok"] else 1)
+
+
+if __name__ == "__main__":
+    main()

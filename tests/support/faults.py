@@ -1,0 +1,299 @@
+"""A seeded fault injector for a simulated raylog cluster (ray.cluster_utils), as Jepsen's nemesis.
+
+The fault model, and why raylog must survive each fault:
+
+- ``kill-*`` (SIGKILL, no clean shutdown) of a partition's leader or follower replica, the
+  controller, the group's coordinator, or a consumer-group member: processes crash (OOM, a bug,
+  an operator's kill -9). Ray restarts raylog's actors on their node; they recover from disk
+  (replicas), the metadata log (controller) or __consumer_offsets (coordinator). A killed member
+  is gone; its partitions move to the others at their committed offsets.
+- ``pause-*`` (SIGSTOP, then SIGCONT seconds to tens of seconds later) of any of them: a GC pause,
+  a hung disk, an overloaded host. Ray sees nothing (the process is alive), so raylog's own
+  heartbeats must fence it, and a paused leader that wakes believing it still leads must not
+  acknowledge anything (Jepsen's favourite).
+- ``lose-node``: a worker node (raylet and every process on it) is removed without warning, the
+  way a machine is lost (its processes may keep answering for a while: zombies); a fresh node
+  joins a few seconds later, as an autoscaler would add one.
+- ``elect-leaders`` and ``reassign``: an operator moves leadership (preferred election) and
+  reorders a partition's replicas while traffic runs.
+- ``fill-disk``: a node's data directory fills up (a ballast file fills its small tmpfs); appends
+  there fail with KafkaStorageError until the ballast goes.
+
+Every fault is recorded (kind, target, start and end) and undone by ``heal()``; ``heal_all()``
+undoes whatever is still in force (resumes paused processes, removes ballast), so a run always
+ends with a whole cluster. Randomness comes from one ``random.Random`` the caller seeds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import ray
+
+from placement.nodes import node_data_dir
+from raylog.errors import RaylogError
+from raylog.naming import CONTROLLER_ACTOR_NAME, OFFSETS_TOPIC, coordinator_actor_name
+from raylog.records import TopicPartition
+
+KILLS = ("kill-leader", "kill-follower", "kill-controller", "kill-coordinator", "kill-member")
+PAUSES = ("pause-leader", "pause-follower", "pause-controller", "pause-coordinator", "pause-member")
+CLUSTER = ("lose-node", "elect-leaders", "reassign", "fill-disk")
+KINDS = KILLS + PAUSES + CLUSTER
+
+
+@dataclass
+class Fault:
+    kind: str
+    target: str
+    started: float = field(default_factory=time.monotonic)
+    duration_s: float = 0.0
+    ended: float | None = None
+    pid: int | None = None
+    node: str | None = None
+    ballast: Path | None = None
+    error: str | None = None
+
+    def describe(self) -> str:
+        extra = f" for {self.duration_s:.0f} s" if self.duration_s else ""
+        return f"{self.kind} {self.target}{extra}" + (f" (could not: {self.error})" if self.error else "")
+
+
+def can_mount_tmpfs() -> bool:
+    """Whether this process may mount a tmpfs (root in a sandbox that allows it)."""
+    probe = Path(f"/tmp/raylog-mount-probe-{os.getpid()}")
+    probe.mkdir(exist_ok=True)
+    try:
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(probe)],
+                              capture_output=True, timeout=10)
+        if done.returncode != 0:
+            return False
+        subprocess.run(["umount", str(probe)], capture_output=True, timeout=10)
+        return True
+    except (OSError, subprocess.SubprocessError):
+        return False
+    finally:
+        with contextlib.suppress(OSError):
+            probe.rmdir()
+
+
+def mount_tmpfs(path: Path, size_mb: int) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(path)], check=True,
+                   capture_output=True, timeout=10)
+
+
+def unmount(path: Path) -> None:
+    subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=10)
+
+
+def fill(ballast: Path) -> None:
+    """Fill the file system holding ``ballast`` to its last block with that one file."""
+    st = os.statvfs(ballast.parent)
+    fd = os.open(ballast, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        try:
+            os.posix_fallocate(fd, 0, max(st.f_bavail * st.f_frsize, 4096))
+        except OSError:
+            pass  # what could be allocated stays allocated
+        os.lseek(fd, 0, os.SEEK_END)
+        chunk = b"\0" * 4096
+        while True:  # fallocate can leave a little: write until ENOSPC
+            try:
+                os.write(fd, chunk)
+            except OSError:
+                break
+    finally:
+        os.close(fd)
+
+
+class FaultInjector:
+    """Faults against ``sim`` (tests/support/cluster.SimulatedCluster) running ``topics`` and,
+    optionally, a consumer group ``group`` whose members ``members()`` returns as actor handles."""
+
+    def __init__(self, sim, topics: list[str], rng: random.Random, group: str | None = None,
+                 members=None, tmpfs_nodes: dict[str, Path] | None = None,
+                 pause_s: tuple[float, float] = (2.0, 20.0)):
+        self.sim = sim
+        self.cluster = sim.cluster
+        self.topics = topics
+        self.rng = rng
+        self.group = group
+        self.members = members or (lambda: [])
+        self.tmpfs_nodes = dict(tmpfs_nodes or {})
+        """node id -> its data directory, mounted on a small tmpfs (fill-disk targets these)."""
+        self.pause_s = pause_s
+        self.active: list[Fault] = []
+        self.history: list[Fault] = []
+        self.lost_nodes: list[str] = []
+
+    # --- choosing targets ------------------------------------------------------------------
+
+    def _partitions(self) -> list[tuple[str, int]]:
+        out = [(t, p) for t in self.topics for p in range(self.cluster.metadata.partition_count(t))]
+        if OFFSETS_TOPIC in self.cluster.admin().list_topics(include_internal=True):
+            out += [(OFFSETS_TOPIC, p) for p in range(self.cluster.config.offsets_topic_num_partitions)]
+        return out
+
+    def _replica(self, role: str) -> tuple[str, dict] | None:
+        topic, p = self.rng.choice(self._partitions())
+        views = [v for v in self.cluster.admin().describe_replicas(topic, p) if v.get("role") == role]
+        if not views:
+            return None
+        view = self.rng.choice(views)
+        return f"{topic}-{p} replica {view['replica_id']}", view
+
+    def _controller_pid(self) -> int:
+        return ray.get(ray.get_actor(CONTROLLER_ACTOR_NAME, namespace="raylog").ping.remote(), timeout=10)
+
+    def _coordinator(self) -> tuple[str, int] | None:
+        if self.group is None:
+            return None
+        from raylog.partitioner import coordinator_partition
+
+        p = coordinator_partition(self.group, self.cluster.config.offsets_topic_num_partitions)
+        actor = ray.get_actor(coordinator_actor_name(p), namespace="raylog")
+        return f"coordinator {p}", ray.get(actor.ping.remote(), timeout=10)
+
+    def _member(self) -> tuple[str, int, object] | None:
+        members = self.members()
+        if not members:
+            return None
+        actor = self.rng.choice(members)
+        return f"member {actor}", ray.get(actor.pid.remote(), timeout=10), actor
+
+    def _target_pid(self, what: str) -> tuple[str, int] | None:
+        if what in ("leader", "follower"):
+            found = self._replica(what)
+            return None if found is None else (found[0], found[1]["pid"])
+        if what == "controller":
+            return "controller", self._controller_pid()
+        if what == "coordinator":
+            return self._coordinator()
+        found = self._member()
+        return None if found is None else found[:2]
+
+    # --- injecting -------------------------------------------------------------------------
+
+    def inject(self, kind: str) -> Fault:
+        """Start one fault of ``kind``; a fault with a duration stays in ``active`` until healed."""
+        fault = Fault(kind, "?")
+        try:
+            self._start(fault)
+        except (RaylogError, ray.exceptions.RayError, OSError, subprocess.SubprocessError, ValueError) as exc:
+            fault.error = f"{type(exc).__name__}: {exc}"
+            if fault.ballast is not None:
+                fault.ballast.unlink(missing_ok=True)
+        self.history.append(fault)
+        if fault.error is None and fault.duration_s:
+            self.active.append(fault)
+        else:
+            fault.ended = time.monotonic()
+        return fault
+
+    def _start(self, fault: Fault) -> None:
+        action, _, what = fault.kind.partition("-")
+        if action in ("kill", "pause"):
+            target = self._target_pid(what)
+            if target is None:
+                raise ValueError(f"no {what} to {action}")
+            fault.target, fault.pid = target
+            if action == "kill":
+                os.kill(fault.pid, signal.SIGKILL)
+            else:
+                fault.duration_s = self.rng.uniform(*self.pause_s)
+                os.kill(fault.pid, signal.SIGSTOP)
+        elif fault.kind == "lose-node":
+            workers = [n for n in self.sim.node_ids() if n != self.sim.head_id()]
+            if len(workers) < 3:
+                raise ValueError("fewer than 3 worker nodes: losing one would stall replication factor 3")
+            mounted = [n for n in workers if n in self.tmpfs_nodes]
+            if len(mounted) == 1 and len(workers) > 1:
+                workers.remove(mounted[0])  # keep one data directory fill-disk can fill
+            fault.node = self.rng.choice(workers)
+            fault.target = f"node {fault.node[:12]}"
+            fault.duration_s = self.rng.uniform(3.0, 10.0)  # until a fresh node joins
+            self.sim.remove(fault.node)
+            self.lost_nodes.append(fault.node)
+        elif fault.kind == "elect-leaders":
+            moved = self.cluster.admin().elect_leaders()
+            fault.target = f"{len(moved)} partitions moved"
+        elif fault.kind == "reassign":
+            topic, p = self.rng.choice([(t, p) for t, p in self._partitions() if t != OFFSETS_TOPIC])
+            admin = self.cluster.admin()
+            info = admin.describe_partitions(topic)[p]
+            nodes = [r["node_id"] for r in info["replicas"]]
+            if info["adding"] or len(set(nodes) & set(self.sim.node_ids())) < len(nodes):
+                raise ValueError(f"{topic}-{p} is being reassigned or has a replica on a lost node")
+            shift = self.rng.randrange(1, len(nodes))
+            order = nodes[shift:] + nodes[:shift]
+            admin.alter_partition_reassignments({TopicPartition(topic, p): order})
+            admin.elect_leaders([TopicPartition(topic, p)])
+            fault.target = f"{topic}-{p} led from node {order[0][:12]}"
+        elif fault.kind == "fill-disk":
+            alive = [n for n in self.tmpfs_nodes if n in self.sim.node_ids()]
+            if not alive:
+                raise ValueError("no node data directory on a tmpfs (mounting needs root)")
+            fault.node = self.rng.choice(alive)
+            fault.target = f"node {fault.node[:12]} data directory"
+            fault.duration_s = self.rng.uniform(*self.pause_s)
+            fault.ballast = self.tmpfs_nodes[fault.node] / "ballast.fill"
+            fill(fault.ballast)
+        else:
+            raise ValueError(f"unknown fault {fault.kind!r}")
+
+    def heal(self, fault: Fault) -> None:
+        """Undo a fault with a duration: resume, add a fresh node, remove the ballast."""
+        if fault in self.active:
+            self.active.remove(fault)
+        if fault.kind.startswith("pause-") and fault.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(fault.pid, signal.SIGCONT)
+        elif fault.kind == "lose-node":
+            self.sim.add()
+        elif fault.kind == "fill-disk" and fault.ballast is not None:
+            fault.ballast.unlink(missing_ok=True)
+        fault.ended = time.monotonic()
+
+    def due(self) -> list[Fault]:
+        now = time.monotonic()
+        return [f for f in self.active if now >= f.started + f.duration_s]
+
+    def heal_all(self) -> None:
+        for fault in list(self.active):
+            self.heal(fault)
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for fault in self.history:
+            if fault.error is None:
+                out[fault.kind] = out.get(fault.kind, 0) + 1
+        return out
+
+    def skipped(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for fault in self.history:
+            if fault.error is not None:
+                out[fault.kind] = out.get(fault.kind, 0) + 1
+        return out
+
+
+def tmpfs_data_dirs(sim, data_root: str, size_mb: int) -> dict[str, Path]:
+    """Mount a small tmpfs on each worker node's data directory (before any replica writes there);
+    {} where mounting is not allowed."""
+    if not can_mount_tmpfs():
+        return {}
+    out = {}
+    for node in sim.node_ids():
+        if node == sim.head_id():
+            continue
+        path = Path(os.path.expanduser(node_data_dir(data_root, node)))
+        mount_tmpfs(path, size_mb)
+        out[node] = path
+    return out
