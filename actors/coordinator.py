@@ -44,8 +44,8 @@ from actors import arguments as args
 from actors.group_state import GroupCoordinatorState, HeartbeatRequest, Record
 from raylog.config import ClusterConfig
 from raylog.errors import (
-    CoordinatorNotAvailableError, DuplicateSequenceError, InvalidProducerEpochError, InvalidRequestError,
-    OutOfOrderSequenceError, RaylogError,
+    CoordinatorNotAvailableError, DuplicateSequenceError, InvalidProducerEpochError, OutOfOrderSequenceError,
+    RaylogError,
 )
 from raylog.naming import CONTROLLER_ACTOR_NAME, OFFSETS_TOPIC
 from raylog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP

@@ -143,7 +143,7 @@ class Consumer:
 
     def _acquire(self, partitions: set[TopicPartition], committed: Mapping[TopicPartition, int]) -> None:
         for tp in partitions:
-            state = self._fetcher.states.setdefault(tp, PartitionState())
+            self._fetcher.states.setdefault(tp, PartitionState())
             if tp in committed:
                 self._fetcher.seek(tp, committed[tp])
 

@@ -25,8 +25,10 @@ import time
 from typing import Any, Callable, Iterable
 
 from raylog.cluster import default_cluster
-from raylog.errors import GroupIdNotFoundError, IllegalStateError, InvalidConfigError, OffsetOutOfRangeError
-from raylog.ranges import EARLIEST, LATEST, OffsetRange, ReadSpec, parse_options, plan, share_by_lag
+from raylog.errors import (
+    GroupIdNotFoundError, IllegalStateError, InvalidConfigError, OffsetOutOfRangeError, RaylogError,
+)
+from raylog.ranges import EARLIEST, LATEST, ReadSpec, parse_options, plan, share_by_lag
 from raylog.records import OffsetAndMetadata, TopicPartition
 from spark_bridge.read import ranges_frame
 
@@ -90,7 +92,7 @@ class MicroBatchStream:
     def _run(self) -> None:
         try:
             while not self._stop.is_set():
-                batch = self._next_batch()
+                batch = self._retrying(self._next_batch)
                 if batch is None:
                     self._stop.wait(self._interval)
                     continue
@@ -125,11 +127,25 @@ class MicroBatchStream:
                 if self._stop.wait(self._backoff):
                     raise IllegalStateError(f"stream stopped while batch {batch_id} was being retried") from exc
         meta = json.dumps({"batch_id": batch_id})
-        self._committer.commit({tp: OffsetAndMetadata(end, meta) for tp, end in ends.items()})
+        self._retrying(lambda: self._committer.commit({tp: OffsetAndMetadata(end, meta) for tp, end in ends.items()}))
         self.recent_progress = self.recent_progress[-99:] + [{
             "batch_id": batch_id, "num_input_rows": sum(r.size for r in ranges),
             "duration_s": round(time.monotonic() - began, 3),
             "ranges": [(r.topic, r.partition, r.from_offset, r.until_offset) for r in ranges]}]
+
+    def _retrying(self, call):
+        """``call()`` until it returns, through retriable errors (a coordinator or leader restarting or
+        moving), as Spark's Kafka source rides out broker failovers; any other error ends the stream.
+        A planning step retried this way is consistent: a plan whose commit landed is found and run
+        again, one whose commit did not is made anew."""
+        while True:
+            try:
+                return call()
+            except RaylogError as exc:
+                if not exc.retriable or self._stop.is_set():
+                    raise
+                log.warning("stream of group %r: %s; retrying", self.group_id, exc)
+                self._stop.wait(self._backoff)
 
     def _partitions(self) -> list[TopicPartition]:
         out = []

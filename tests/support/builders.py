@@ -14,6 +14,16 @@ def make_batch(rng: random.Random, count: int, ts: int = 1_700_000_000_000, valu
                     compression=rng.choice(["lz4", "none"])), values
 
 
+def append_batches(log, rng: random.Random, batches: int = 40, per: int = 5) -> list[bytes]:
+    """Append ``batches`` seeded batches of ``per`` records; returns the values in order."""
+    values = []
+    for _ in range(batches):
+        data, vals = make_batch(rng, per)
+        log.append(data)
+        values += vals
+    return values
+
+
 def read_all(log, start: int | None = None) -> list[tuple[int, bytes | None, bytes | None]]:
     """Every (offset, key, value) from ``start`` (default log start) to the log end."""
     offset = log.log_start_offset if start is None else start

@@ -45,7 +45,7 @@ import ray
 from raylog.errors import RaylogError
 from raylog.records import TopicPartition
 from tests.support.cluster import simulated_cluster
-from tests.support.faults import CLUSTER, KILLS, PAUSES, FaultInjector, tmpfs_data_dirs, unmount
+from tests.support.faults import KILLS, PAUSES, FaultInjector, tmpfs_data_dirs, unmount
 from tests.support.history import History, render, value_of
 
 TOPIC = "chaos"

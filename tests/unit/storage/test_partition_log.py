@@ -12,25 +12,16 @@ from raylog.errors import (
 from raylog.storage import batch as rb
 from raylog.storage import files
 from raylog.storage.log import PartitionLog
-from tests.support.builders import make_batch, read_all
+from tests.support.builders import append_batches, read_all
 from tests.support.clock import FakeClock
 from tests.unit.storage.disk_calls import directory_synced_after, last_index
 
 SMALL = TopicConfig(segment_bytes=2048, index_interval_bytes=128, retention_ms=-1)
 
 
-def fill(log, rng, batches=40, per=5):
-    values = []
-    for i in range(batches):
-        data, vals = make_batch(rng, per)
-        log.append(data)
-        values += vals
-    return values
-
-
 def test_append_assigns_offsets_and_reads_cross_segment_rolls(tmp_path):
     log = PartitionLog(tmp_path, SMALL)
-    values = fill(log, random.Random(1))
+    values = append_batches(log, random.Random(1))
     assert len(log.segments) > 3
     assert [v for _, _, v in read_all(log)] == values
     assert [o for o, _, _ in read_all(log)] == list(range(200))
@@ -38,14 +29,14 @@ def test_append_assigns_offsets_and_reads_cross_segment_rolls(tmp_path):
 
 def test_read_from_the_middle_of_a_batch_returns_the_whole_batch(tmp_path):
     log = PartitionLog(tmp_path, SMALL)
-    fill(log, random.Random(2), batches=3, per=10)
+    append_batches(log, random.Random(2), batches=3, per=10)
     first = next(rb.iter_batches(log.read(13, 10_000)))
     assert (first.base_offset, first.last_offset) == (10, 19)
 
 
 def test_read_at_log_end_is_empty_and_outside_the_log_is_out_of_range(tmp_path):
     log = PartitionLog(tmp_path, SMALL)
-    fill(log, random.Random(3), batches=2)
+    append_batches(log, random.Random(3), batches=2)
     assert log.read(10, 1000) == b""
     with pytest.raises(OffsetOutOfRangeError):
         log.read(11, 1000)
@@ -124,7 +115,7 @@ def test_retention_bytes_keeps_the_newest_data_under_the_bound(tmp_path):
 
 def test_delete_records_survives_reopen(tmp_path):
     log = PartitionLog(tmp_path, SMALL)
-    fill(log, random.Random(4))
+    append_batches(log, random.Random(4))
     log.delete_records(77)
     log.close()
     log = PartitionLog(tmp_path, SMALL)
@@ -172,7 +163,7 @@ def test_compacted_topic_refuses_null_keys_and_writes_nothing(tmp_path):
 
 def test_truncate_to_removes_the_batch_holding_the_offset_and_all_after(tmp_path):
     log = PartitionLog(tmp_path, SMALL)
-    fill(log, random.Random(5), batches=40, per=5)
+    append_batches(log, random.Random(5), batches=40, per=5)
     cut = log.truncate_to(103)
     assert cut > 0 and log.log_end_offset == 100
     assert [o for o, _, _ in read_all(log)] == list(range(100))
@@ -184,7 +175,7 @@ def test_truncate_to_removes_the_batch_holding_the_offset_and_all_after(tmp_path
 
 def test_truncate_fully_and_start_at_restarts_offsets(tmp_path):
     log = PartitionLog(tmp_path, SMALL)
-    fill(log, random.Random(6), batches=3)
+    append_batches(log, random.Random(6), batches=3)
     log.truncate_fully_and_start_at(500)
     assert log.append(rb.build([b"x"])).base_offset == 500
     log.close()
@@ -200,7 +191,7 @@ def test_flush_messages_flushes_every_n_records(tmp_path):
 
 def test_clean_close_and_reopen_keeps_everything(tmp_path):
     log = PartitionLog(tmp_path, SMALL)
-    values = fill(log, random.Random(7))
+    values = append_batches(log, random.Random(7))
     log.close()
     log = PartitionLog(tmp_path, SMALL)
     assert log.recovered_cleanly and log.stats.bytes_cut_by_recovery == 0
@@ -209,7 +200,7 @@ def test_clean_close_and_reopen_keeps_everything(tmp_path):
 
 def test_follower_append_keeps_offsets_and_refuses_going_backwards(tmp_path):
     leader = PartitionLog(tmp_path / "leader", SMALL)
-    fill(leader, random.Random(8), batches=4)
+    append_batches(leader, random.Random(8), batches=4)
     follower = PartitionLog(tmp_path / "follower", SMALL)
     follower.append_as_follower(leader.read(0, 1 << 20))
     assert read_all(follower) == read_all(leader)
@@ -261,7 +252,7 @@ def checkpointed_recovery_point(directory):
 def test_recovery_point_moves_only_over_contiguously_synced_segments(tmp_path):
     log = PartitionLog(tmp_path, SMALL)
     log.sync_rolled_later = True
-    fill(log, random.Random(9))
+    append_batches(log, random.Random(9))
     rolled = log.take_unsynced()
     assert len(rolled) >= 3 and log.recovery_point == 0
     rolled[1].sync_data()
@@ -279,7 +270,7 @@ def test_recovery_point_moves_only_over_contiguously_synced_segments(tmp_path):
 
 def test_roll_with_sync_moves_the_recovery_point_to_the_new_segment(tmp_path):
     log = PartitionLog(tmp_path, SMALL)
-    fill(log, random.Random(10))
+    append_batches(log, random.Random(10))
     assert log.recovery_point == log.active.base_offset > 0
     assert checkpointed_recovery_point(tmp_path) == log.recovery_point
 
@@ -287,11 +278,11 @@ def test_roll_with_sync_moves_the_recovery_point_to_the_new_segment(tmp_path):
 def test_flush_moves_the_recovery_point_to_the_log_end(tmp_path):
     log = PartitionLog(tmp_path, SMALL)
     log.sync_rolled_later = True
-    fill(log, random.Random(11), batches=3)
+    append_batches(log, random.Random(11), batches=3)
     assert log.recovery_point == 0
     log.flush()
     assert log.recovery_point == log.log_end_offset == 15
-    fill(log, random.Random(12))
+    append_batches(log, random.Random(12))
     log.flush()
     rolled = log.take_unsynced()
     assert log.recovery_point == 15, "no further than where the first unsynced segment was flushed to"
@@ -303,7 +294,7 @@ def test_flush_moves_the_recovery_point_to_the_log_end(tmp_path):
 
 def test_truncate_to_lowers_the_recovery_point_to_the_new_log_end(tmp_path):
     log = PartitionLog(tmp_path, SMALL)
-    fill(log, random.Random(13))
+    append_batches(log, random.Random(13))
     log.flush()
     log.truncate_to(63)
     assert log.recovery_point == log.log_end_offset == 60
@@ -315,7 +306,7 @@ def test_truncate_to_lowers_the_recovery_point_to_the_new_log_end(tmp_path):
 def test_deleting_unsynced_segments_moves_the_recovery_point_past_them(tmp_path):
     log = PartitionLog(tmp_path, SMALL)
     log.sync_rolled_later = True
-    fill(log, random.Random(14))
+    append_batches(log, random.Random(14))
     log.delete_records(100)
     assert log.recovery_point == log.segments[0].base_offset > 0
     assert all(seg in log.segments for seg in log.take_unsynced())
@@ -329,7 +320,7 @@ def test_roll_fsyncs_the_directory_after_creating_the_segment_files(tmp_path, di
     """Finding 17: a flushed record in a segment whose directory entry was lost is lost."""
     log = PartitionLog(tmp_path, SMALL)
     log.sync_rolled_later = sync_rolled_later
-    fill(log, random.Random(15), batches=3)
+    append_batches(log, random.Random(15), batches=3)
     disk_calls.clear()
     seg = log.roll()
     for path in files.segment_paths(tmp_path, seg.base_offset):
@@ -339,7 +330,7 @@ def test_roll_fsyncs_the_directory_after_creating_the_segment_files(tmp_path, di
 def test_truncate_to_makes_the_cut_and_the_removed_segments_durable(tmp_path, disk_calls):
     """Stale batches that came back after a power loss would undo replication's divergence repair."""
     log = PartitionLog(tmp_path, SMALL)
-    fill(log, random.Random(16))
+    append_batches(log, random.Random(16))
     holder = log.segments[log._segment_slot(63)]
     removed = [s.log_path for s in log.segments if s.base_offset > 63]
     assert removed

@@ -15,19 +15,10 @@ from raylog.config import TopicConfig
 from raylog.storage import batch as rb
 from raylog.storage import files
 from raylog.storage.log import PartitionLog
-from tests.support.builders import make_batch, read_all
+from tests.support.builders import append_batches, read_all
 from tests.unit.storage.disk_calls import directory_synced_after
 
 SMALL = TopicConfig(segment_bytes=2048, index_interval_bytes=128, retention_ms=-1)
-
-
-def fill(log, rng, batches=40, per=5):
-    values = []
-    for _ in range(batches):
-        data, vals = make_batch(rng, per)
-        log.append(data)
-        values += vals
-    return values
 
 
 def damage_tail(path, start, garbage: bool, rng):
@@ -45,7 +36,7 @@ def test_recover_scans_every_segment_above_the_recovery_point(tmp_path, garbage)
     rng = random.Random(16)
     log = PartitionLog(tmp_path, SMALL)
     log.sync_rolled_later = True  # nobody syncs the rolled segments: the recovery point stays at 0
-    values = fill(log, rng)
+    values = append_batches(log, rng)
     assert len(log.segments) >= 4
     middle = log.segments[1]
     last = list(middle.batches())[-1]
@@ -68,7 +59,7 @@ def test_recover_scans_every_segment_above_the_recovery_point(tmp_path, garbage)
 def test_recover_leaves_segments_below_the_recovery_point_unscanned(tmp_path):
     log = PartitionLog(tmp_path, SMALL)
     log.sync_rolled_later = True
-    fill(log, random.Random(17))
+    append_batches(log, random.Random(17))
     rolled = log.take_unsynced()
     for seg in rolled:
         seg.sync_data()
@@ -84,7 +75,7 @@ def test_recover_leaves_segments_below_the_recovery_point_unscanned(tmp_path):
 def test_missing_recovery_point_checkpoint_recovers_every_segment(tmp_path):
     """As Kafka does when its recovery-point-offset-checkpoint is missing."""
     log = PartitionLog(tmp_path, SMALL)
-    fill(log, random.Random(18))
+    append_batches(log, random.Random(18))
     segment_count = len(log.segments)
     log.close_unclean()
     (tmp_path / files.RECOVERY_POINT_FILE).unlink()
@@ -99,7 +90,7 @@ def test_recovered_segments_are_handed_out_for_sync_and_then_trusted(tmp_path):
     them once their fsync is reported, so the next crash does not scan them again."""
     log = PartitionLog(tmp_path, SMALL)
     log.sync_rolled_later = True
-    fill(log, random.Random(19))
+    append_batches(log, random.Random(19))
     log.close_unclean()
 
     log = PartitionLog(tmp_path, SMALL)
@@ -120,7 +111,7 @@ def test_recovered_segments_are_handed_out_for_sync_and_then_trusted(tmp_path):
 def test_clean_open_recovers_nothing_and_starts_at_the_log_end(tmp_path):
     log = PartitionLog(tmp_path, SMALL)
     log.sync_rolled_later = True
-    fill(log, random.Random(20))
+    append_batches(log, random.Random(20))
     log.close()
     assert files.read_checkpoint(tmp_path / files.RECOVERY_POINT_FILE) == 200
 
@@ -135,7 +126,7 @@ def test_segments_deleted_after_a_cut_are_deleted_durably(tmp_path, disk_calls):
     rng = random.Random(21)
     log = PartitionLog(tmp_path, SMALL)
     log.sync_rolled_later = True
-    fill(log, rng)
+    append_batches(log, rng)
     middle = log.segments[1]
     last = list(middle.batches())[-1]
     damage_at = last.position + last.size // 2
