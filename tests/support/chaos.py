@@ -129,7 +129,9 @@ class ChaosMember:
                         for chunk in chunks if len(chunk)]
                 if rows:
                     self._report(rows)  # processed before committed: a kill after this re-reads, never skips
-                    self.consumer.commit()
+                    positions = {tp: self.consumer.position(tp) for tp in self.consumer.assignment()}
+                    self.consumer.commit(positions)
+                    self._report([("commit", GROUP, {tp.partition: o for tp, o in positions.items()})])
             except RaylogError as exc:
                 self.errors.append(f"{type(exc).__name__}: {exc}")
                 time.sleep(0.2)
@@ -202,6 +204,11 @@ class Group:
         self._made = 0
         self._read = 0
         self._lock = threading.Lock()
+        self.commits = 0
+        self.acknowledged: dict[int, int] = {}
+        """The highest commit a member saw acknowledged, per partition. Members report a commit after
+        it returns (a pause in between delays the report past later commits and observations), so
+        these are checked against the final committed offsets only, where that order cannot matter."""
         for _ in range(MEMBERS):
             self.add()
 
@@ -251,6 +258,16 @@ class Group:
                 self.history.assigned(row[1], row[2])
             elif kind == "revoked":
                 self.history.revoked(row[1], row[2])
+            elif kind == "commit":
+                self.commits += 1
+                for partition, offset in row[2].items():
+                    self.acknowledged[partition] = max(offset, self.acknowledged.get(partition, 0))
+
+    def lost_commits(self, final_committed: dict[tuple[str, int], int]) -> list[dict]:
+        """Acknowledged commits above the group's final committed offset, in the checker's shape."""
+        return [{"group": GROUP, "partition": p, "offsets": [o, final_committed.get((GROUP, p))],
+                 "ops": ["acknowledged-commit", "final"]}
+                for p, o in sorted(self.acknowledged.items()) if final_committed.get((GROUP, p), -1) < o]
 
     def stop(self) -> None:
         for member in self.handles():
@@ -460,6 +477,9 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
         if spark:
             final_committed.update({(STREAM_GROUP, p): o for p, o in committed(cluster, STREAM_GROUP).items()})
         anomalies = history.check(final, final_committed=final_committed, drained=drained)
+        if lost := group.lost_commits(final_committed):
+            anomalies.setdefault("committed-offsets-backwards", []).extend(lost)
+        operations = {**history.summary(), "commits": group.commits}
         errors = {}
         for member in group.handles():
             try:
@@ -472,7 +492,7 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
         "healthy_after_faults": healthy,
         "drained": drained,
         "stream_drained": stream_drained,
-        "operations": history.summary(),
+        "operations": operations,
         "records_in_log": sum(len(v) for v in final.values()),
         "faults": injector.counts(),
         "faults_skipped": injector.skipped(),
@@ -480,7 +500,7 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
         "examples": {name: [repr(e) for e in examples[:5]] for name, examples in anomalies.items()},
         "fault_log": [f"{f.kind} {f.target}" + (f" ({f.error})" if f.error else "") for f in injector.history],
         "member_errors": errors,
-        "report": render(anomalies, history.summary()),
+        "report": render(anomalies, operations),
     })
     report["ok"] = not anomalies and drained and healthy and (stream_drained is not False)
     if own_root:
