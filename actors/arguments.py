@@ -33,10 +33,12 @@ def integer(name: str, value: Any, low: int, high: int = INT64_MAX) -> int:
 
 
 def optional_integer(name: str, value: Any, low: int, high: int = INT64_MAX) -> int | None:
+    """None, or ``integer``."""
     return None if value is None else integer(name, value, low, high)
 
 
 def one_of(name: str, value: Any, allowed: tuple) -> Any:
+    """One of ``allowed`` (a numpy integer compares as an int; a bool never matches)."""
     if isinstance(value, np.integer):
         value = int(value)
     if isinstance(value, bool) or value not in allowed:
@@ -45,6 +47,7 @@ def one_of(name: str, value: Any, allowed: tuple) -> Any:
 
 
 def text(name: str, value: Any, max_length: int = 1024, empty: bool = False) -> str:
+    """A str of at most ``max_length`` characters, non-empty unless ``empty``."""
     if not isinstance(value, str) or len(value) > max_length or (not value and not empty):
         raise InvalidRequestError(f"{name} must be a{'' if empty else ' non-empty'} string of at most "
                                   f"{max_length} characters, got {_shown(value)}")
@@ -52,6 +55,7 @@ def text(name: str, value: Any, max_length: int = 1024, empty: bool = False) -> 
 
 
 def optional_text(name: str, value: Any, max_length: int = 1024) -> str | None:
+    """None, or a possibly empty ``text``."""
     return None if value is None else text(name, value, max_length, empty=True)
 
 
@@ -71,6 +75,7 @@ def buffer(name: str, value: Any) -> Any:
 
 
 def sequence(name: str, value: Any, max_length: int = 1_000_000) -> list | tuple:
+    """A list or tuple of at most ``max_length`` items (their types are checked by the caller)."""
     if not isinstance(value, (list, tuple)) or len(value) > max_length:
         raise InvalidRequestError(f"{name} must be a list of at most {max_length} items, got {_shown(value)}")
     return value
@@ -86,6 +91,7 @@ def rows(name: str, value: Any, width: int, max_length: int = 1_000_000) -> list
 
 
 def mapping(name: str, value: Any, required: tuple[str, ...] = (), allowed: frozenset | None = None) -> dict:
+    """A dict with every ``required`` key and, when ``allowed`` is given, no other."""
     if not isinstance(value, dict):
         raise InvalidRequestError(f"{name} must be a dict, got {type(value).__name__}")
     missing = [k for k in required if k not in value]

@@ -44,8 +44,8 @@ from actors import arguments as args
 from actors.group_state import GroupCoordinatorState, HeartbeatRequest, Record
 from raylog.config import ClusterConfig
 from raylog.errors import (
-    CoordinatorNotAvailableError, DuplicateSequenceError, InvalidProducerEpochError, OutOfOrderSequenceError,
-    RaylogError,
+    ActorCallError, CoordinatorNotAvailableError, DuplicateSequenceError, InvalidProducerEpochError,
+    OutOfOrderSequenceError, RaylogError,
 )
 from raylog.naming import CONTROLLER_ACTOR_NAME, OFFSETS_TOPIC
 from raylog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
@@ -169,16 +169,16 @@ class GroupCoordinator:
             self._fenced = exc
             raise CoordinatorNotAvailableError(
                 f"coordinator {self.partition} was replaced by a newer one") from None
-        except (OutOfOrderSequenceError, DuplicateSequenceError) as exc:
-            # The replica no longer knows this producer's sequences (an unclean election): whether the
-            # batch is in the log can only be read from the log.
+        except (OutOfOrderSequenceError, DuplicateSequenceError, ActorCallError) as exc:
+            # The replica no longer knows this producer's sequences (an unclean election), or failed
+            # in a way that says nothing of the batch: whether it is in the log can only be read there.
             self._loaded = None
             raise CoordinatorNotAvailableError(
                 f"coordinator {self.partition} lost track of its last write ({exc}); reloading its partition") from None
         except RaylogError as exc:
             if exc.retriable:
                 raise
-            # Rejected for good (never in the log): the replica counts its sequence as used.
+            # Rejected for good (validation: never in the log): the replica counts its sequence as used.
             self._pending = None
             self._sequence = (self._sequence + len(records)) & SEQUENCE_MASK
             raise

@@ -382,7 +382,8 @@ class PartitionReplica:
             reply = await asyncio.wait_for(asyncio.shield(heartbeat), wait_s)
         except asyncio.TimeoutError:
             if time.monotonic() - sent_at > self.cluster.replica_session_timeout_ms / 1000:
-                self._heartbeat = None
+                if self._heartbeat is heartbeat:
+                    self._heartbeat = None
                 await self._restart_silent_controller()
             return
         except Exception:  # noqa: BLE001 - the controller died or restarts: find it again next round
@@ -422,14 +423,15 @@ class PartitionReplica:
         """The controller answered no heartbeat for the session timeout: it is paused or hung (Ray
         only notices dead processes). Have Ray kill and restart it; the new one replays its metadata
         log. Every replica sees the same silence, so the first to claim that controller process in
-        Ray's key-value store does it, once."""
+        Ray's key-value store does it, once. A replica that never had an answer leaves it to others:
+        it cannot tell a hung controller from one still replaying a long metadata log."""
         pid, namespace = self._controller_pid, self.cluster.namespace
 
         def kill() -> bool:
             import ray
             from ray.experimental import internal_kv
 
-            if pid is not None and internal_kv._internal_kv_put(
+            if pid is None or internal_kv._internal_kv_put(
                     f"controller-restart/{pid}", b"1", overwrite=False, namespace=namespace):
                 return False
             ray.kill(ray.get_actor(CONTROLLER_ACTOR_NAME, namespace=namespace), no_restart=False)
@@ -712,12 +714,12 @@ class PartitionReplica:
         if pid == NO_PRODUCER_ID:
             response = self._append(records)
         else:
-            response = await self._append_idempotent(records, batch, pid)
+            response = await self._append_idempotent(records, batch, pid, leader_epoch)
         if acks == -1:
             await self._wait_replicated(response[1] + 1, timeout_ms)
         return response
 
-    async def _append_idempotent(self, records, batch: RecordBatch, pid: int) -> tuple:
+    async def _append_idempotent(self, records, batch: RecordBatch, pid: int, leader_epoch: int | None) -> tuple:
         epoch, base_seq, count = batch.producer_epoch, batch.base_sequence, batch.record_count
         start = time.monotonic()
         async with self._sequence_moved:
@@ -738,13 +740,18 @@ class PartitionReplica:
                     await asyncio.wait_for(self._sequence_moved.wait(), remaining)
                 except asyncio.TimeoutError:
                     pass
-                self._check_leader(None)
+                self._check_leader(leader_epoch)
                 self._check_lease()
             if verdict == ProducerStateTable.DUPLICATE:
                 if isinstance(previous, BaseException):
                     raise previous
                 return (previous.base_offset, previous.last_offset, previous.log_append_time_ms,
                         self.log.log_start_offset, True)
+            # Entering the condition's lock can wait (others hold it or queue for it), and a new state
+            # may have arrived meanwhile: appending under a newer leader's epoch would make truncation
+            # keep a batch this replica had no right to append.
+            self._check_leader(leader_epoch)
+            self._check_lease()
             try:
                 response = self._append(records)
             except RaylogError as exc:

@@ -94,7 +94,7 @@ class ReplicaState:
         """Offline or deleted: neither lead nor follow until the controller says."""
         self.role, self.leader_id = NONE, -1
 
-    def on_isr_committed(self, isr, partition_epoch: int, replicas=None) -> bool:
+    def on_isr_committed(self, isr: list[int], partition_epoch: int, replicas: list[int] | None = None) -> bool:
         """The controller's answer to this leader's proposal; returns whether it was applied. An
         answer no newer than the state held is dropped: a push of a later change (Ray does not order
         calls) may have arrived first, and applying the answer would roll the ISR back."""

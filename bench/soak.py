@@ -28,10 +28,12 @@ import time
 import uuid
 from pathlib import Path
 
-import psutil
-import ray
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # read by Ray at import: loopback only
 
-from bench.client_bench import make_values
+import psutil  # noqa: E402
+import ray  # noqa: E402
+
+from bench.client_bench import make_values  # noqa: E402
 
 SAMPLE_S = 30.0
 GROWTH_LIMIT = (0.10, 16 * 1024 * 1024)
@@ -54,6 +56,7 @@ def processes(cluster, topic: str, group: str) -> dict[str, int]:
 
 
 def sample(pids: dict[str, int]) -> dict[str, tuple[int, int]]:
+    """name -> (USS, RSS) in bytes of every process of ``pids`` still alive."""
     out = {}
     for name, pid in pids.items():
         try:
@@ -65,9 +68,9 @@ def sample(pids: dict[str, int]) -> dict[str, tuple[int, int]]:
 
 
 def run(minutes: float) -> dict:
+    """The soak on a fresh local cluster for ``minutes``; returns ``verdict``'s result."""
     import raylog
 
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     cluster = raylog.connect(data_root=tempfile.mkdtemp(prefix="raylog-soak-"), num_cpus=2,
                              cluster_config={"offsets_topic_num_partitions": 1})
     topic, group = f"soak-{uuid.uuid4().hex[:6]}", "soak-group"
@@ -131,6 +134,10 @@ def run(minutes: float) -> dict:
 
 
 def verdict(samples: list[dict], minutes: float, counts: dict) -> dict:
+    """Growth per process (2nd tenth of the run against the last), printed and written to
+    bench/results/soak.json."""
+    if not samples:
+        raise SystemExit("soak: no memory sample was taken (the run was shorter than its warm-up)")
     n = len(samples)
     tenth = max(1, n // 10)
     early, late = samples[tenth:2 * tenth] or samples[:1], samples[-tenth:]
@@ -140,7 +147,7 @@ def verdict(samples: list[dict], minutes: float, counts: dict) -> dict:
         after = statistics.median(s["uss"][name] for s in late if name in s["uss"])
         growth = after - before
         rows[name] = {"uss_early_mb": round(before / 2**20, 1), "uss_late_mb": round(after / 2**20, 1),
-                      "growth_mb": round(growth / 2**20, 1), "growth_pct": round(100 * growth / before, 1),
+                      "growth_mb": round(growth / 2**20, 1), "growth_pct": round(100 * growth / max(before, 1), 1),
                       "flat": not (growth > GROWTH_LIMIT[0] * before and growth > GROWTH_LIMIT[1])}
     result = {"minutes": minutes, "machine": f"{os.cpu_count()} cores", "date": time.strftime("%Y-%m-%d"),
               "records_sent": counts["sent"], "records_consumed": counts["consumed"], "errors": counts["errors"],
@@ -158,6 +165,7 @@ def verdict(samples: list[dict], minutes: float, counts: dict) -> dict:
 
 
 def main(argv=None) -> dict:
+    """Command line: exits 1 when a process's memory grows."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=float(os.environ.get("SOAK_MINUTES", 60)))
     args = parser.parse_args(argv)

@@ -158,11 +158,11 @@ class ClusterConfig:
     key); a round maps as much of the dirty log as fits and the next round goes on from there.
     Kafka: 128 MiB shared by its cleaner threads; every raylog replica is its own process."""
     replica_heartbeat_interval_ms: int = 2_000
-    """How often each replica and group coordinator heartbeats the controller, renewing its lease.
-    Kafka: broker.heartbeat.interval.ms, 2 s."""
+    """How often each replica heartbeats the controller, renewing its lease (the controller pings
+    the group coordinators as often). Kafka: broker.heartbeat.interval.ms, 2 s."""
     replica_session_timeout_ms: int = 9_000
-    """A replica or coordinator whose heartbeats stop for this long (paused, hung, cut off) is fenced:
-    its partitions elect other leaders, a coordinator is restarted. A leader acknowledges nothing
+    """A replica whose heartbeats stop for this long (paused, hung, cut off) is fenced: its
+    partitions elect other leaders; a coordinator that answers no ping for this long is restarted. A leader acknowledges nothing
     once its own lease (this long from its last answered heartbeat, less a margin) has lapsed, and a
     controller the replicas cannot reach for this long is restarted. Kafka: broker.session.timeout.ms, 9 s."""
 

@@ -131,10 +131,6 @@ class Index:
     def reset(self) -> None:
         self.truncate_entries(0)
 
-    def flush(self) -> None:
-        if self._mm is not None:
-            self._mm.flush()
-
     def sync(self) -> None:
         """fsync the file (its mapped pages included); an index closed meanwhile needs none."""
         fd = self._fd

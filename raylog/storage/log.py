@@ -359,8 +359,9 @@ class PartitionLog:
         return self._delete_segments_below_start()
 
     def _set_log_start(self, offset: int) -> None:
-        self.log_start_offset = offset
+        # Checkpoint first: if the disk is full, nothing (not even what reads see) has changed.
         files.write_checkpoint(self.directory / files.LOG_START_OFFSET_FILE, offset)
+        self.log_start_offset = offset
 
     def _delete_segments_below_start(self) -> int:
         deleted = 0
@@ -419,16 +420,30 @@ class PartitionLog:
 
     @_raises_storage_errors
     def truncate_fully_and_start_at(self, offset: int) -> None:
-        """Delete every segment and start an empty log at ``offset``."""
-        self._set_log_start(offset)
+        """Delete every segment and start an empty log at ``offset``.
+
+        The new segment exists before the old ones go (a segment already based at ``offset`` is
+        emptied in place instead), so a full disk leaves the log as it was."""
         self._lower_recovery_point(offset)
+        fresh = next((seg for seg in self.segments if seg.base_offset == offset), None)
+        created = fresh is None
+        if created:
+            fresh = Segment.create(self.directory, offset, self.config)
+        try:
+            self._set_log_start(offset)
+        except BaseException:
+            if created:
+                fresh.delete()
+            raise
+        if not created:
+            fresh.activate()
+            fresh.truncate_to(offset)  # fsyncs the cut
         for seg in self.segments:
-            seg.delete()
-        self.segments, self._bases = [], []
+            if seg is not fresh:
+                seg.delete()
+        files.fsync_dir(self.directory)
+        self.segments, self._bases = [fresh], [offset]
         self._unsynced, self._handed_out = [], []
-        seg = Segment.create(self.directory, offset, self.config)  # fsyncs the directory: deletions too
-        self.segments = [seg]
-        self._bases = [offset]
         self._active_synced_to = offset
         self._advance_recovery_point()
 
@@ -480,13 +495,14 @@ class PartitionLog:
     def take_unsynced(self) -> list[Segment]:
         """Inactive segments whose fsync is owed and not yet handed out (see ``sync_rolled_later``):
         the owner calls ``sync_data`` on each, from any thread, then ``mark_synced`` with them."""
-        taken = [seg for seg in self._unsynced if seg not in self._handed_out]
+        taken = [seg for seg in self._unsynced if seg not in self._handed_out and not seg.sync_failed]
         self._handed_out += taken
         return taken
 
     def mark_synced(self, segments: list[Segment]) -> None:
         """The owner ran ``sync_data`` on ``segments`` (from take_unsynced): the recovery point moves
-        over those that are synced; one whose fsync failed is handed out again. Segments deleted or
+        over those that are synced; one whose fsync did not run is handed out again, one whose fsync
+        failed never is (it holds the recovery point below it until a restart). Segments deleted or
         truncated meanwhile, and calls after close, are ignored. Never raises."""
         if self._closed:
             return

@@ -77,6 +77,10 @@ class Segment:
         self.active = False
         self._rolls = 0
         self._synced_rolls = -1
+        self.sync_failed = False
+        """An fsync of these files failed once. Linux may drop the dirty pages of a failed fsync and
+        report the next one a success (PostgreSQL's "fsyncgate"), so no later fsync vouches for this
+        segment: only a recovery scan after a restart does (Kafka takes the log directory offline)."""
         """``_rolls`` as the last successful ``sync`` began: equal means the rolled data is durable."""
         self.next_offset = base_offset
         self.max_timestamp = NO_TIMESTAMP
@@ -393,11 +397,18 @@ class Segment:
             self.sync()
 
     def sync(self) -> None:
-        """fsync the data file and both indexes; raises OSError."""
+        """fsync the data file and both indexes; raises OSError, and always will once one failed."""
+        if self.sync_failed:
+            raise OSError(errno.EIO, f"an earlier fsync of segment {self.log_path} failed; its data is "
+                                     "vouched for again only by the recovery scan of a restart")
         rolls = self._rolls
-        os.fsync(self._fd)
-        self.index.sync()
-        self.time_index.sync()
+        try:
+            os.fsync(self._fd)
+            self.index.sync()
+            self.time_index.sync()
+        except OSError:
+            self.sync_failed = True
+            raise
         self._synced_rolls = rolls
 
     def sync_data(self) -> bool:

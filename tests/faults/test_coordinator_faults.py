@@ -27,6 +27,7 @@ import ray
 from raylog.errors import RaylogError
 from raylog.naming import OFFSETS_TOPIC, coordinator_actor_name
 from raylog.partitioner import coordinator_partition
+from raylog.ray_calls import with_retries
 from raylog.records import OffsetAndMetadata, TopicPartition
 from tests.integration.conftest import wait_for
 from tests.support.cluster import simulated_cluster
@@ -88,25 +89,13 @@ def restart_coordinator(group: str) -> None:
     wait_for(lambda: ray.get(actor.ping.remote(), timeout=5) != pid, timeout_s=60)
 
 
-def retry(call, timeout_s: float = 60):
-    """Call until it succeeds (retriable raylog errors only)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return call()
-        except RaylogError as exc:
-            if not exc.retriable or time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-
-
 def test_a_commit_acknowledged_after_a_timed_out_write_is_the_one_a_restarted_coordinator_reads(sim):
     """Finding 1: a commit write that timed out after reaching the leader's log left its producer
     sequence in use; the next write must not reuse it (the replica would call it a duplicate of the
     first and the coordinator would acknowledge a commit that is not in the log)."""
     group = f"g1-{uuid.uuid4().hex[:6]}"
     consumer = committer(sim, group)
-    retry(lambda: commit(consumer, sim, 1))
+    with_retries(lambda: commit(consumer, sim, 1), 60)
     paused = [r["pid"] for r in offsets_replicas(sim, group) if r.get("role") == "follower"]
     assert len(paused) == 2
     for pid in paused:
@@ -118,11 +107,11 @@ def test_a_commit_acknowledged_after_a_timed_out_write_is_the_one_a_restarted_co
     finally:
         for pid in paused:
             os.kill(pid, signal.SIGCONT)
-    retry(lambda: commit(consumer, sim, 9))
+    with_retries(lambda: commit(consumer, sim, 9), 60)
     assert committed(sim, group) == 9
     restart_coordinator(group)
-    assert retry(lambda: committed(sim, group)) == 9, "the acknowledged commit is the one in the log"
-    retry(lambda: commit(consumer, sim, 12))
+    assert with_retries(lambda: committed(sim, group), 60) == 9, "the acknowledged commit is the one in the log"
+    with_retries(lambda: commit(consumer, sim, 12), 60)
     assert committed(sim, group) == 12, "writes after the unknown outcome keep working"
     consumer.close()
 
@@ -132,7 +121,7 @@ def test_a_commit_after_the_offsets_partition_leader_moved_takes_a_retry_not_the
     retry loop, so after a leader change every retry was fenced until request_timeout_ms."""
     group = f"g2-{uuid.uuid4().hex[:6]}"
     consumer = committer(sim, group)
-    retry(lambda: commit(consumer, sim, 1))
+    with_retries(lambda: commit(consumer, sim, 1), 60)
     admin = sim.cluster.admin()
     p = offsets_partition(group)
     nodes = [r.node_id for r in admin.describe_topics([OFFSETS_TOPIC])[0].partitions[p].replicas]
@@ -151,8 +140,8 @@ def test_a_restarted_coordinator_replays_every_acknowledged_commit_after_an_offs
     leader acknowledged; a coordinator restarted then must not replay only up to it."""
     group = f"g3-{uuid.uuid4().hex[:6]}"
     consumer = committer(sim, group)
-    retry(lambda: commit(consumer, sim, 1))
-    retry(lambda: commit(consumer, sim, 2))
+    with_retries(lambda: commit(consumer, sim, 1), 60)
+    with_retries(lambda: commit(consumer, sim, 2), 60)
     commit(consumer, sim, 3)
     leader = next(r for r in offsets_replicas(sim, group) if r.get("role") == "leader")
     followers = [r for r in offsets_replicas(sim, group) if r.get("role") == "follower"]
@@ -162,7 +151,7 @@ def test_a_restarted_coordinator_replays_every_acknowledged_commit_after_an_offs
     os.kill(leader["pid"], signal.SIGKILL)
     try:
         restart_coordinator(group)
-        assert retry(lambda: committed(sim, group)) == 3
+        assert with_retries(lambda: committed(sim, group), 60) == 3
     finally:
         os.kill(followers[1]["pid"], signal.SIGCONT)
     consumer.close()
@@ -173,13 +162,13 @@ def test_a_paused_coordinator_is_replaced_and_commits_work_again_while_it_sleeps
     it misses its session; the new one replays the partition and serves the group."""
     group = f"g4-{uuid.uuid4().hex[:6]}"
     consumer = committer(sim, group)
-    retry(lambda: commit(consumer, sim, 7))
+    with_retries(lambda: commit(consumer, sim, 7), 60)
     actor = coordinator(group)
     pid = ray.get(actor.ping.remote())
     paused_at = time.monotonic()
     os.kill(pid, signal.SIGSTOP)
     try:
-        retry(lambda: commit(consumer, sim, 8), timeout_s=SESSION_MS / 1000 + 30)
+        with_retries(lambda: commit(consumer, sim, 8), timeout_s=SESSION_MS / 1000 + 30)
         replaced_after = time.monotonic() - paused_at
     finally:
         try:

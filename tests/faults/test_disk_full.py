@@ -17,7 +17,6 @@ Needs permission to mount a tmpfs (root here); skipped elsewhere. No Ray.
 
 from __future__ import annotations
 
-import errno
 import os
 import random
 import subprocess
@@ -32,6 +31,7 @@ from raylog.storage import batch as rb
 from raylog.storage.log import PartitionLog
 from raylog.storage.producer_state import ProducerStateManager, ProducerStateTable
 from tests.support.builders import read_all
+from tests.support.faults import can_mount_tmpfs, fill, mount_tmpfs, unmount
 
 CONFIG = TopicConfig(segment_bytes=64 * 1024, index_interval_bytes=0, retention_ms=-1)
 """An index entry per batch and a roll every 64 KiB: index pages and new segments are needed often."""
@@ -41,34 +41,21 @@ DISK_BYTES = 2 * 1024 * 1024
 @pytest.fixture
 def small_disk(tmp_path):
     """A fresh 2 MiB tmpfs, unmounted afterwards."""
+    if not can_mount_tmpfs():
+        pytest.skip("the test needs permission to mount a tmpfs (root, as here)")
     mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_BYTES}", "tmpfs", str(mount_point)],
-                             capture_output=True, text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"the test needs permission to mount a tmpfs: {mounted.stderr.strip()}")
+    mount_tmpfs(mount_point, DISK_BYTES >> 20)
     try:
         yield mount_point
     finally:
-        if subprocess.run(["umount", str(mount_point)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(mount_point)], check=True)
+        unmount(mount_point)
 
 
 def fill_disk(directory: Path) -> Path:
-    """Write a ballast file until the filesystem has no block left; returns its path."""
+    """Fill the filesystem with a ballast file; returns its path."""
     ballast = directory / "ballast"
-    fd = os.open(ballast, os.O_WRONLY | os.O_CREAT, 0o644)
-    try:
-        chunk = b"\xff" * 4096
-        while True:
-            try:
-                if os.write(fd, chunk) < len(chunk):
-                    continue  # the next write reports ENOSPC
-            except OSError as exc:
-                assert exc.errno == errno.ENOSPC
-                return ballast
-    finally:
-        os.close(fd)
+    fill(ballast)
+    return ballast
 
 
 def batch_of(rng: random.Random, nbytes: int, ts: int = 1_000) -> tuple[bytearray, list[bytes]]:
@@ -130,6 +117,38 @@ def test_append_on_a_full_disk_fails_cleanly_and_works_again_once_space_returns(
     log = PartitionLog(directory, CONFIG)
     assert [v for _, _, v in read_all(log)] == acked
     assert [o for o, _, _ in read_all(log)] == list(range(len(acked)))
+    log.close()
+
+
+def test_delete_records_and_a_full_truncation_on_a_full_disk_change_nothing(small_disk):
+    # A follower behind its leader's log start is reset with truncate_fully_and_start_at; with
+    # no room for the new segment it must keep the log it has and succeed once space returns.
+    rng = random.Random(5)
+    directory = small_disk / "topic-0"
+    directory.mkdir()
+    log = PartitionLog(directory, CONFIG)
+    for _ in range(12):
+        log.append(batch_of(rng, 8 * 1024)[0])
+    ballast = fill_disk(small_disk)
+    before = (log.log_start_offset, log.log_end_offset, read_all(log))
+
+    with pytest.raises(KafkaStorageError, match=str(directory)):
+        log.delete_records(log.log_end_offset // 2)
+    assert (log.log_start_offset, log.log_end_offset, read_all(log)) == before
+    with pytest.raises(KafkaStorageError, match=str(directory)):
+        log.truncate_fully_and_start_at(log.log_end_offset + 100)
+    assert (log.log_start_offset, log.log_end_offset, read_all(log)) == before
+
+    ballast.unlink()
+    start = before[1] + 100
+    log.truncate_fully_and_start_at(start)
+    assert (log.log_start_offset, log.log_end_offset, read_all(log)) == (start, start, [])
+    data, values = batch_of(rng, 8 * 1024)
+    assert log.append(data).base_offset == start
+    log.close()
+    log = PartitionLog(directory, CONFIG)
+    assert [v for _, _, v in read_all(log)] == values
+    assert [p.name for p in directory.iterdir() if p.suffix == ".log"] == [f"{start:020d}.log"]
     log.close()
 
 

@@ -1,5 +1,7 @@
 """PartitionLog on real files: appends, reads, rolls, retention, compaction, truncation, bad input."""
 
+import errno
+import os
 import random
 
 import pytest
@@ -339,3 +341,31 @@ def test_truncate_to_makes_the_cut_and_the_removed_segments_durable(tmp_path, di
     assert last_index(disk_calls, "fsync", holder.log_path) >= 0, "the cut file is fsynced"
     for path in removed:
         assert directory_synced_after(disk_calls, tmp_path, "unlink", path.with_name(path.name + ".deleted"))
+
+
+def test_a_segment_whose_fsync_failed_never_moves_the_recovery_point_even_if_a_retry_succeeds(tmp_path, monkeypatch):
+    # Linux may drop the dirty pages of a failed fsync and report the next one a success
+    # ("fsyncgate"): only a recovery scan after a restart can vouch for that segment again.
+    log = PartitionLog(tmp_path, SMALL)
+    log.sync_rolled_later = True
+    append_batches(log, random.Random(14))
+    rolled = log.take_unsynced()
+    real_fsync = os.fsync
+
+    def failing_fsync(fd):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    assert rolled[0].sync_data() is False
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    log.mark_synced([rolled[0]])
+    assert log.take_unsynced() == [], "a segment whose fsync failed is not handed out again"
+    for seg in rolled[1:]:
+        assert seg.sync_data()
+    log.mark_synced(rolled[1:])
+    assert log.recovery_point == 0
+    with pytest.raises(OSError):
+        rolled[0].sync()
+    assert not rolled[0].synced
+    log.close()
+    assert checkpointed_recovery_point(tmp_path) == 0, "a clean close does not vouch for it either"
