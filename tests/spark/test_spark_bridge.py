@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
+import signal
 import threading
 import time
 import uuid
@@ -21,7 +23,9 @@ import raylog
 import spark_bridge
 from raylog.errors import (IllegalStateError, InvalidConfigError, InvalidRecordError, OffsetOutOfRangeError,
                            UnknownTopicOrPartitionError)
+from raylog.group_member import coordinator_for
 from raylog.records import TopicPartition
+from tests.integration.conftest import wait_for
 from tests.support.topics import consume_all, end_offsets, fresh_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.ray, pytest.mark.slow]
@@ -331,6 +335,44 @@ def test_a_stream_redelivers_a_batch_whose_process_raised_and_loses_nothing(clus
     committed = cluster.admin().list_consumer_group_offsets(group)
     assert {tp.partition: om.offset for tp, om in committed.items()} == {0: 100, 1: 100, 2: 100}
     assert json.loads(committed[TopicPartition(topic, 0)].metadata) == {"batch_id": len(seen) - 1}
+
+
+def test_a_stream_rides_out_its_group_coordinator_being_killed(cluster, spark):
+    """The first 30-minute chaos run found the stream ended by a coordinator restart (a retriable
+    error while planning or committing a batch): it must retry, as Spark's Kafka source rides out
+    a broker failover, and deliver every record."""
+    topic = fresh_topic(cluster, 3)
+    produce_numbered(cluster, topic, 3, 100)
+    group = f"stream-{uuid.uuid4().hex[:6]}"
+    seen: list[tuple[int, list]] = []
+
+    def process(df, batch_id):
+        seen.append((batch_id, [bytes(r["key"]) for r in df.select("key").collect()]))
+        time.sleep(0.3)  # the batches stay small and many while the coordinator is gone
+
+    coordinator = coordinator_for(cluster, group, 30)
+    query = spark_bridge.stream(spark, topic, group, process, starting_offsets="earliest",
+                                max_offsets_per_trigger=15, trigger_interval_s=0.1, retry_backoff_s=0.2)
+    try:
+        wait_for(lambda: seen or not query.is_active, timeout_s=120)
+        for _ in range(2):
+            pid = ray.get(coordinator.ping.remote(), timeout=60)
+            os.kill(pid, signal.SIGKILL)
+            wait_for(lambda: ray.get(coordinator.ping.remote(), timeout=10) != pid, timeout_s=60)
+        deadline = time.monotonic() + 180
+        while len({k for _, keys in seen for k in keys}) < 300 and time.monotonic() < deadline and query.is_active:
+            time.sleep(0.2)
+        assert query.is_active, f"the stream ended: {query.exception!r}"
+    finally:
+        query.stop(60)
+    delivered = {k for _, keys in seen for k in keys}
+    assert delivered == {b"%d:%d" % (p, i) for p in range(3) for i in range(100)}
+    by_id: dict[int, list] = {}
+    for batch_id, keys in seen:
+        assert by_id.setdefault(batch_id, keys) == keys, "a batch run again has the same records"
+    assert sorted(by_id) == list(range(len(by_id))), "batch ids without a gap"
+    committed = cluster.admin().list_consumer_group_offsets(group)
+    assert {tp.partition: om.offset for tp, om in committed.items()} == {0: 100, 1: 100, 2: 100}
 
 
 def test_a_stream_restarted_after_a_crash_runs_the_planned_batch_again_then_continues(cluster, spark):
