@@ -162,9 +162,10 @@ class ClusterConfig:
     the group coordinators as often). Kafka: broker.heartbeat.interval.ms, 2 s."""
     replica_session_timeout_ms: int = 9_000
     """A replica whose heartbeats stop for this long (paused, hung, cut off) is fenced: its
-    partitions elect other leaders; a coordinator that answers no ping for this long is restarted. A leader acknowledges nothing
-    once its own lease (this long from its last answered heartbeat, less a margin) has lapsed, and a
-    controller the replicas cannot reach for this long is restarted. Kafka: broker.session.timeout.ms, 9 s."""
+    partitions elect other leaders; a coordinator that answers no ping for this long is restarted.
+    A leader acknowledges nothing once its own lease (this long from its last answered heartbeat,
+    less a margin) has lapsed, and a controller the replicas cannot reach for this long is
+    restarted. Kafka: broker.session.timeout.ms, 9 s."""
 
     def __post_init__(self) -> None:
         _check(isinstance(self.namespace, str) and bool(self.namespace), "namespace must be a non-empty string")

@@ -77,11 +77,11 @@ class Segment:
         self.active = False
         self._rolls = 0
         self._synced_rolls = -1
+        """``_rolls`` as the last successful ``sync`` began: equal means the rolled data is durable."""
         self.sync_failed = False
         """An fsync of these files failed once. Linux may drop the dirty pages of a failed fsync and
         report the next one a success (PostgreSQL's "fsyncgate"), so no later fsync vouches for this
         segment: only a recovery scan after a restart does (Kafka takes the log directory offline)."""
-        """``_rolls`` as the last successful ``sync`` began: equal means the rolled data is durable."""
         self.next_offset = base_offset
         self.max_timestamp = NO_TIMESTAMP
         self.offset_of_max_timestamp = base_offset

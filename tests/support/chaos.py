@@ -46,6 +46,7 @@ from raylog.errors import RaylogError
 from raylog.records import TopicPartition
 from tests.support.cluster import simulated_cluster
 from tests.support.faults import KILLS, PAUSES, FaultInjector, tmpfs_data_dirs, unmount
+from tests.support import topics
 from tests.support.history import History, render, value_of
 
 TOPIC = "chaos"
@@ -283,8 +284,7 @@ def committed(cluster, group: str) -> dict[int, int]:
 
 
 def end_offsets(cluster) -> dict[int, int]:
-    ends = cluster.admin().end_offsets([TopicPartition(TOPIC, p) for p in range(PARTITIONS)])
-    return {tp.partition: o for tp, o in ends.items()}
+    return {tp.partition: o for tp, o in topics.end_offsets(cluster, TOPIC).items()}
 
 
 def read_everything(cluster, timeout_s: float = 180) -> dict[int, list[tuple[int, bytes]]]:
