@@ -12,9 +12,25 @@ export RAY_USAGE_STATS_ENABLED := 0
 CHAOS_MINUTES ?= 30
 SOAK_MINUTES ?= 60
 
-.PHONY: venv test test-unit demo bench chaos soak lock clean
+.PHONY: venv jar test test-unit demo bench chaos soak lock clean
 
 venv: $(STAMP)
+
+# The Spark connector (spark_bridge/jvm): the JDK's javac against the jars the venv already holds
+# (pyspark's, RayDP's, Ray's ray_dist.jar); no Maven, no download.
+JVM     := spark_bridge/jvm
+JAR     := $(JVM)/raylog-spark.jar
+JAVA_SRC := $(wildcard $(JVM)/src/io/raylog/spark/*.java)
+
+jar: $(JAR)
+
+$(JAR): $(STAMP) $(JAVA_SRC) $(JVM)/resources/META-INF/services/org.apache.spark.sql.sources.DataSourceRegister
+	rm -rf $(JVM)/classes && mkdir -p $(JVM)/classes
+	SP=$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); \
+	  javac --release 17 -nowarn -Xlint:-deprecation -d $(JVM)/classes \
+	    -cp "$$SP/pyspark/jars/*:$$SP/raydp/jars/*:$$SP/ray/jars/ray_dist.jar" $(JAVA_SRC)
+	cp -r $(JVM)/resources/META-INF $(JVM)/classes/
+	jar cf $@.tmp -C $(JVM)/classes . && mv $@.tmp $@
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,16 +38,16 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,bench]'
 	touch $(STAMP)
 
-test: $(STAMP)
+test: $(STAMP) $(JAR)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-unit: $(STAMP)
+test-unit: $(STAMP) $(JAR)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-demo: $(STAMP)
+demo: $(STAMP) $(JAR)
 	$(PY) -m bench.demo
 
-bench: $(STAMP)
+bench: $(STAMP) $(JAR)
 	$(PY) -m bench.storage_bench
 	$(PY) -m bench.client_bench
 	$(PY) -m bench.replication_bench
@@ -41,11 +57,11 @@ bench: $(STAMP)
 
 # Jepsen-style: seeded faults on a simulated cluster under producers, a consumer group and a Spark
 # stream; every operation checked. Writes bench/results/chaos.json; fails on any anomaly.
-chaos: $(STAMP)
+chaos: $(STAMP) $(JAR)
 	$(PY) -m tests.support.chaos --minutes $(CHAOS_MINUTES) --spark --out bench/results/chaos.json
 
 # An hour of steady traffic with every raylog process's memory sampled; writes bench/results/soak.json.
-soak: $(STAMP)
+soak: $(STAMP) $(JAR)
 	$(PY) -m bench.soak --minutes $(SOAK_MINUTES)
 
 lock: $(STAMP)
@@ -53,4 +69,4 @@ lock: $(STAMP)
 	  $(PY) -m pip freeze --exclude-editable | grep -v '^raylog'; } > constraints.txt
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis $(JVM)/classes $(JAR)

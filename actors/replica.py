@@ -836,6 +836,28 @@ class PartitionReplica:
         return (np.frombuffer(data, dtype=np.uint8), self.state.high_watermark, self.log.log_start_offset,
                 self.log.log_end_offset)
 
+    # --- cross-language calls (the Spark connector's JVM) -------------------------------------
+    # Ray's Java API passes ints, strings, bytes and lists; an exception reaches Java as a
+    # CrossLanguageException carrying only text. So these answer lists, with a raylog error as
+    # [class name, message, retriable, log start, log end] in the last slot ([] when none).
+
+    async def fetch_bytes(self, offset: int, max_bytes: int, max_wait_ms: int = 0) -> list:
+        """``fetch`` for a consumer in another language: [batch bytes, high watermark, log start,
+        log end, error]."""
+        try:
+            data, hw, log_start, log_end = await self.fetch(offset, max_bytes, max_wait_ms, 1)
+        except RaylogError as exc:
+            return [b"", -1, -1, -1, _error_fields(exc)]
+        return [data.tobytes(), hw, log_start, log_end, []]
+
+    async def produce_bytes(self, records: bytes, acks: int = -1, timeout_ms: int = ACKS_ALL_TIMEOUT_MS) -> list:
+        """``produce`` of one batch for a producer in another language: [base offset, error]."""
+        try:
+            response = await self.produce(records, acks, None, timeout_ms)
+        except RaylogError as exc:
+            return [-1, _error_fields(exc)]
+        return [response[0], []]
+
     async def list_offsets(self, timestamp: int) -> tuple[int, int]:
         """(offset, timestamp) for EARLIEST_TIMESTAMP, LATEST_TIMESTAMP or a time in ms;
         (-1, -1) when no record is that recent."""
@@ -910,6 +932,11 @@ class PartitionReplica:
         # Only if the directory is still this topic's: a new topic of the same name may own the path now.
         if files.read_text_value(Path(self.directory) / files.PARTITION_METADATA_FILE) in (None, self.topic_id):
             shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _error_fields(exc: RaylogError) -> list:
+    return [type(exc).__name__, str(exc), int(exc.retriable), int(getattr(exc, "log_start_offset", -1)),
+            int(getattr(exc, "log_end_offset", -1))]
 
 
 def _checked_state(st) -> dict:

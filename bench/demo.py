@@ -1,11 +1,14 @@
 """make demo: the whole pipeline on a local Ray, with each step's throughput.
 
 1. raylog starts on a local Ray (loopback only) and creates a 4-partition topic;
-2. a Spark job through RayDP writes a DataFrame of events into it (Spark's Python workers
-   send through the partition leaders' actors);
+2. a Spark job through RayDP writes a DataFrame of events into it with
+   ``df.write.format("raylog")`` (the connector's executors send record batches to the
+   partition leaders' actors);
 3. a consumer group of two Ray actors reads every event, committing as it goes;
-4. a Spark read of the topic aggregates the events per key (a group-by, printed as a table);
-5. the group's lag and the partitions' offsets are printed from the admin API.
+4. ``spark.read.format("raylog")`` aggregates the events per key (printed as a table);
+5. a streaming query, ``spark.readStream.format("raylog")`` with Trigger.AvailableNow and
+   maxOffsetsPerTrigger, copies the topic into parquet in micro-batches, checkpointed;
+6. the group's lag and the partitions' offsets are printed from the admin API.
 
     python -m bench.demo [--records 1000000]
 """
@@ -81,6 +84,7 @@ def main() -> None:
 
     import raylog
     import spark_bridge
+    from raylog.records import TopicPartition
 
     began = time.monotonic()
     data_root = tempfile.mkdtemp(prefix="raylog-demo-")
@@ -97,8 +101,9 @@ def main() -> None:
                 # 100 bytes: the event number, then padding (Kafka's benchmarks use 100-byte records)
                 "cast(rpad(concat('event-', cast(id as string), ':'), 100, 'x') as binary) AS value")
             t = time.monotonic()
-            written = spark_bridge.write(events, topic=TOPIC)
+            events.write.format("raylog").option("topic", TOPIC).save()
             elapsed = time.monotonic() - t
+            written = sum(admin.end_offsets([TopicPartition(TOPIC, p) for p in range(PARTITIONS)]).values())
             print(f"1. Spark wrote {written:,} events of 100 bytes: {written / elapsed:,.0f} records/s "
                   f"({elapsed:.1f}s, acks=all)")
 
@@ -112,7 +117,8 @@ def main() -> None:
                   f"({' + '.join(f'{c:,}' for c in counts)}): {sum(counts) / elapsed:,.0f} records/s")
 
             t = time.monotonic()
-            per_user = (spark_bridge.read(spark, TOPIC).groupBy("key").count()
+            topic = spark.read.format("raylog").option("subscribe", TOPIC).load()
+            per_user = (topic.groupBy("key").count()
                         .selectExpr("cast(key as string) AS user", "count AS events"))
             top = per_user.orderBy("events", "user", ascending=[False, True]).limit(5).collect()
             users = per_user.count()
@@ -123,8 +129,23 @@ def main() -> None:
             for row in top:
                 print(f"     {row['user']:<12}{row['events']:>8,}")
 
+            t = time.monotonic()
+            copy = os.path.join(data_root, "stream-copy")
+            query = (spark.readStream.format("raylog").option("subscribe", TOPIC)
+                     .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", max(1, written // 4))
+                     .load().selectExpr("partition", "offset", "key", "value")
+                     .writeStream.format("parquet").option("path", copy)
+                     .option("checkpointLocation", os.path.join(data_root, "stream-checkpoint"))
+                     .trigger(availableNow=True).start())
+            query.awaitTermination()
+            batches = [p for p in query.recentProgress if p["numInputRows"]]
+            copied = spark.read.parquet(copy).count()
+            elapsed = time.monotonic() - t
+            print(f"4. a streaming query (Trigger.AvailableNow) copied {copied:,} events into parquet in "
+                  f"{len(batches)} micro-batches: {copied / elapsed:,.0f} records/s ({elapsed:.1f}s)")
+
         lag = admin.consumer_group_lag(GROUP)
-        print(f"4. group {GROUP!r}: total lag {lag['total_lag']} over {len(lag['partitions'])} partitions")
+        print(f"5. group {GROUP!r}: total lag {lag['total_lag']} over {len(lag['partitions'])} partitions")
         for info in admin.describe_partitions(TOPIC):
             print(f"     partition {info['partition']}: offsets [{info['log_start_offset']}, "
                   f"{info['log_end_offset']}) {info['size_bytes'] / 1e6:.1f} MB in {info['segments']} segment(s)")

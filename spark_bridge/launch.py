@@ -1,12 +1,15 @@
 """Spark on the Ray cluster through RayDP, set up for raylog, and a stop that always returns.
 
-``session()`` starts Spark with ``raydp.init_spark`` (or reuses the one running) with what
-Spark's Python workers need to reach raylog's actors: the driver's interpreter
-(PYSPARK_PYTHON), the Ray address and namespace (they call ``raylog.connect`` from inside
-Spark tasks), loopback-only listeners (driver bind address and host 127.0.0.1, no UI), and
+``session()`` starts Spark with ``raydp.init_spark`` (or reuses the one running) with the
+raylog connector on its classpath (spark.jars: spark_bridge/jvm/raylog-spark.jar, built by
+``make jar``), raylog's namespace for it (spark.raylog.namespace) and its planner actor
+running (spark_bridge/planner.py); loopback-only listeners (driver bind address and host
+127.0.0.1, no UI); the driver's interpreter for Spark's Python workers (PYSPARK_PYTHON); and
 the ``--add-opens`` flags Java 17 needs on the driver, the executors and RayDP's app master
 (without them the Spark <-> Ray Dataset hand-off fails with InaccessibleObjectException;
-measured and listed in DESIGN.md). Starting takes about 10 s here.
+measured and listed in DESIGN.md). The connector's JVM side calls raylog's actors from the
+driver (which RayDP connects to Ray) and from the executors (Ray Java workers); Spark's Python
+workers never join Ray. Starting takes about 10 s here.
 
 ``stop()`` waits a bounded time for ``raydp.stop_spark()`` (which once hung for minutes in
 py4j after a failed job), then kills what is left: RayDP's actors and the driver's JVM.
@@ -18,8 +21,12 @@ import logging
 import os
 import sys
 import threading
+from pathlib import Path
 
 import ray
+
+from raylog.errors import ClusterNotAvailableError
+from spark_bridge.planner import ensure_planner
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +38,8 @@ JAVA_17_OPENS = [
 ]
 """Packages java.base must open to unnamed modules for Spark 3.5 and RayDP on Java 17."""
 STOP_TIMEOUT_S = 60.0
+CONNECTOR_JAR = Path(__file__).parent / "jvm" / "raylog-spark.jar"
+"""The Spark connector (format "raylog"), built by ``make jar`` from spark_bridge/jvm."""
 
 _current: "Session | None" = None
 
@@ -119,11 +128,14 @@ def session(app_name: str = "raylog", num_executors: int = 1, executor_cores: in
         import raylog
 
         raylog.connect(namespace=namespace)
+    if not CONNECTOR_JAR.exists():
+        raise ClusterNotAvailableError(f"the Spark connector {CONNECTOR_JAR} is not built: run 'make jar' (it needs "
+                                       "the JDK's javac, which the README requires)")
+    ensure_planner(namespace)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     opens = " ".join(f"--add-opens=java.base/{p}=ALL-UNNAMED" for p in JAVA_17_OPENS)
-    address = ray_address()
     settings = {
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.driver.host": "127.0.0.1",
@@ -135,26 +147,19 @@ def session(app_name: str = "raylog", num_executors: int = 1, executor_cores: in
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.execution.arrow.maxRecordsPerBatch": "50000",
         "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
-        "spark.executorEnv.RAY_ADDRESS": address,
-        "spark.executorEnv.RAYLOG_NAMESPACE": namespace,
         "spark.executorEnv.SPARK_LOCAL_IP": "127.0.0.1",
-        "spark.executorEnv.RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-        # Spark's Python workers join Ray themselves (worker.py): they present Ray's token as this
-        # driver does (the mode, and the token's file if not the default; never the token itself).
-        **{f"spark.executorEnv.{name}": os.environ[name] for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")
-           if name in os.environ},
+        # RayDP connects the driver's JVM to Ray (its fault-tolerant mode, on by default): the
+        # connector plans there, and its executors are Ray Java workers already.
+        "spark.raylog.namespace": namespace,
         **(configs or {}),
     }
+    jars = [str(CONNECTOR_JAR)] + [j for j in settings.get("spark.jars", "").split(",") if j]
+    settings["spark.jars"] = ",".join(dict.fromkeys(jars))
     import raydp
 
     spark = raydp.init_spark(app_name, num_executors, executor_cores, executor_memory, configs=settings)
     _current = Session(spark, namespace)
     return _current
-
-
-def ray_address() -> str:
-    """The address Spark's Python workers join Ray at (this driver's cluster)."""
-    return ray.get_runtime_context().gcs_address
 
 
 def spark_of(spark_or_session):

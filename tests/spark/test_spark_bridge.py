@@ -1,8 +1,8 @@
-"""Spark through RayDP on a real local Ray, reading and writing raylog topics (issue 15).
+"""Spark through RayDP on a real local Ray, reading and writing raylog topics (issues 15, 20).
 
 Spark starts once for the module (about 15 s): a RayDP app master and one executor on the
-same Ray as raylog's replicas; every read and write goes through the replicas' actors from
-Spark's Python workers.
+same Ray as raylog's replicas; every read and write goes through the connector
+(format "raylog"), which calls the replicas' actors from Spark's JVMs.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import uuid
 
 import pytest
 import ray
+from pyspark.errors import StreamingQueryException
 
 import raylog
 import spark_bridge
@@ -320,11 +321,11 @@ def test_a_stream_redelivers_a_batch_whose_process_raised_and_loses_nothing(clus
                                 max_offsets_per_trigger=100, trigger_interval_s=0.2, retry_backoff_s=0.1)
     try:
         deadline = time.monotonic() + 120
-        while sum(len(k) for _, k in seen) < 300 and time.monotonic() < deadline and query.is_active:
+        while sum(len(k) for _, k in seen) < 300 and time.monotonic() < deadline and query.isActive:
             time.sleep(0.2)
     finally:
-        query.stop(60)
-    query.await_termination(0)
+        query.stop()
+    assert query.exception() is None
     batch_ids = [b for b, _ in seen]
     assert batch_ids == list(range(len(seen))) and len(seen) >= 3
     assert seen[1][1] == failed[0]  # the same records again, under the same batch id
@@ -354,17 +355,17 @@ def test_a_stream_rides_out_its_group_coordinator_being_killed(cluster, spark):
     query = spark_bridge.stream(spark, topic, group, process, starting_offsets="earliest",
                                 max_offsets_per_trigger=15, trigger_interval_s=0.1, retry_backoff_s=0.2)
     try:
-        wait_for(lambda: seen or not query.is_active, timeout_s=120)
+        wait_for(lambda: seen or not query.isActive, timeout_s=120)
         for _ in range(2):
             pid = ray.get(coordinator.ping.remote(), timeout=60)
             os.kill(pid, signal.SIGKILL)
             wait_for(lambda: ray.get(coordinator.ping.remote(), timeout=10) != pid, timeout_s=60)
         deadline = time.monotonic() + 180
-        while len({k for _, keys in seen for k in keys}) < 300 and time.monotonic() < deadline and query.is_active:
+        while len({k for _, keys in seen for k in keys}) < 300 and time.monotonic() < deadline and query.isActive:
             time.sleep(0.2)
-        assert query.is_active, f"the stream ended: {query.exception!r}"
+        assert query.isActive, f"the stream ended: {query.exception()!r}"
     finally:
-        query.stop(60)
+        query.stop()
     delivered = {k for _, keys in seen for k in keys}
     assert delivered == {b"%d:%d" % (p, i) for p in range(3) for i in range(100)}
     by_id: dict[int, list] = {}
@@ -388,8 +389,8 @@ def test_a_stream_restarted_after_a_crash_runs_the_planned_batch_again_then_cont
 
     query = spark_bridge.stream(spark, topic, group, crashing, starting_offsets="earliest",
                                 max_offsets_per_trigger=30, trigger_interval_s=0.1, max_batch_retries=0)
-    with pytest.raises(RuntimeError, match="crash"):
-        query.await_termination(120)
+    with pytest.raises(StreamingQueryException, match="crash"):
+        query.awaitTermination(120)
     assert [b for b, _ in first] == [0, 1]
     member = cluster.consumer(group_id=group, enable_auto_commit=False)
     member.subscribe([topic])
@@ -408,61 +409,53 @@ def test_a_stream_restarted_after_a_crash_runs_the_planned_batch_again_then_cont
         while sum(len(o) for _, o in first + second) < 100 and time.monotonic() < deadline:
             time.sleep(0.2)
     finally:
-        query.stop(60)
+        query.stop()
     assert second[0][0] == 2
     everything = [o for _, offs in first + second for o in offs]
     assert sorted(everything) == sorted((p, i) for p in range(2) for i in range(50))
 
 
-def test_a_planned_batch_reads_to_its_planned_end_even_when_the_high_watermark_is_behind_it(cluster, spark):
-    """Issue 19, finding 15: a planned batch found after a restart can end above the current high
-    watermark (a new leader's lags right after an election). Trimming it and committing the planned
-    end skipped records for good; the batch must wait for them and read exactly its range."""
-    from raylog.records import OffsetAndMetadata
-
+def test_a_planned_batch_reads_to_its_planned_end_even_when_the_high_watermark_is_behind_it(cluster, spark, tmp_path):
+    """Issue 19, finding 15: a batch planned before a restart can end above the current high
+    watermark (a new leader's lags right after an election). Trimming it to the high watermark
+    while Spark's checkpoint says it ended further would skip records for good; the batch must
+    wait for them and read exactly its range. Here the checkpoint's batch 0 is made to end at 15
+    while the partition holds 10 records, and the batch is left uncommitted, as after a crash."""
     topic = fresh_topic(cluster, 1)
     produce_numbered(cluster, topic, 1, 10)
     group = f"stream-{uuid.uuid4().hex[:6]}"
-    tp = TopicPartition(topic, 0)
-    planner = cluster.consumer(group_id=group, enable_auto_commit=False)
-    planner.commit({tp: OffsetAndMetadata(0, json.dumps({"batch_id": 0, "until": 15}))})
-    planner.close(autocommit=False)
+    checkpoint = str(tmp_path / "checkpoint")
+    first: list[tuple[int, set]] = []
+    query = spark_bridge.stream(spark, topic, group, lambda df, b: first.append((b, offsets_of(df))),
+                                checkpoint_location=checkpoint, starting_offsets="earliest", trigger_interval_s=0.1)
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert first == [(0, {(0, i) for i in range(10)})]
+    log = tmp_path / "checkpoint" / "offsets" / "0"
+    version, meta, _ = log.read_text().splitlines()
+    log.write_text("\n".join([version, meta, json.dumps({topic: {"0": 15}})]))
+    for made in ("offsets/.0.crc", "commits/0", "commits/.0.crc"):  # Hadoop's checksums of what changed
+        (tmp_path / "checkpoint" / made).unlink()
+
     seen: list[tuple[int, set]] = []
     query = spark_bridge.stream(spark, topic, group, lambda df, b: seen.append((b, offsets_of(df))),
-                                trigger_interval_s=0.1)
+                                checkpoint_location=checkpoint, trigger_interval_s=0.1)
     try:
         time.sleep(3)
+        assert not seen, "the batch waits for offsets 10..14"
         producer = cluster.producer()
         producer.send_batch(topic, [b"late-%d" % i for i in range(10)], partition=0).wait(timeout=30)
         producer.close()
         deadline = time.monotonic() + 120
-        while sum(len(o) for _, o in seen) < 20 and time.monotonic() < deadline and query.is_active:
+        while sum(len(o) for _, o in seen) < 20 and time.monotonic() < deadline and query.isActive:
             time.sleep(0.2)
     finally:
-        query.stop(60)
-    query.await_termination(0)
+        query.stop()
     assert seen[0] == (0, {(0, i) for i in range(15)}), "the planned batch read exactly its range"
     everything = sorted(o for _, offs in seen for o in offs)
     assert everything == [(0, i) for i in range(20)], "nothing skipped, nothing twice"
-
-
-def test_sparks_python_workers_join_ray_with_its_token(cluster, spark):
-    """Issue 19: every process raylog starts keeps Ray's token authentication on, Spark's
-    Python workers (which join Ray themselves) included."""
-    from ray._raylet import AuthenticationMode
-
-    address = spark_bridge.launch.ray_address()
-
-    def mode(_rows):
-        from ray._raylet import get_authentication_mode
-
-        from spark_bridge.worker import cluster as join
-
-        join(address, "raylog")
-        yield int(get_authentication_mode())
-
-    modes = spark.spark.sparkContext.parallelize(range(2), 2).mapPartitions(mode).collect()
-    assert modes == [int(AuthenticationMode.TOKEN)] * 2
 
 
 # --- the session ------------------------------------------------------------------------------------

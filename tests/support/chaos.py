@@ -337,12 +337,13 @@ class Stream:
             self.session, TOPIC, STREAM_GROUP,
             lambda df, batch_id: df.select("partition", "offset", "value").write.parquet(
                 str(out / f"batch-{batch_id:06d}"), mode="overwrite"),
-            starting_offsets="earliest", max_offsets_per_trigger=20_000, trigger_interval_s=1.0)
+            checkpoint_location=str(out.parent / "stream-checkpoint"), starting_offsets="earliest",
+            max_offsets_per_trigger=20_000, trigger_interval_s=1.0)
 
     def drain(self, cluster, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if not self.query.is_active:
+            if not self.query.isActive:
                 return False
             ends = end_offsets(cluster)
             if committed(cluster, STREAM_GROUP) == ends:
@@ -354,7 +355,7 @@ class Stream:
         if self.session is None:
             return
         try:
-            self.query.stop(120)
+            self.query.stop()
         finally:
             self.session.stop(timeout_s=60)
             self.session = None

@@ -1,0 +1,545 @@
+package io.raylog.spark;
+
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.zip.CRC32C;
+import net.jpountz.lz4.LZ4Factory;
+import net.jpountz.lz4.LZ4SafeDecompressor;
+import org.apache.arrow.memory.ArrowBuf;
+import org.apache.arrow.memory.BufferAllocator;
+import org.apache.arrow.vector.VarBinaryVector;
+import org.apache.arrow.vector.ipc.message.ArrowFieldNode;
+import org.apache.arrow.vector.util.TransferPair;
+import org.apache.spark.sql.execution.vectorized.ConstantColumnVector;
+import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector;
+import org.apache.spark.sql.execution.vectorized.WritableColumnVector;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.vectorized.ArrowColumnVector;
+import org.apache.spark.sql.vectorized.ColumnVector;
+import org.apache.spark.sql.vectorized.ColumnarBatch;
+import org.apache.spark.unsafe.types.UTF8String;
+import org.msgpack.core.MessagePack;
+import org.msgpack.core.MessageUnpacker;
+import org.msgpack.value.ValueType;
+
+/**
+ * raylog's record batches (raylog/storage/batch.py and payload.py) decoded into Spark
+ * ColumnarBatches: the payload is inflated once into an off-heap Arrow buffer, and the key and
+ * value columns are Arrow VarBinaryVectors over slices of it (the payload already is Arrow's
+ * binary layout, so no record is touched); offset and timestamp are computed from the base
+ * values and the delta buffers on access; topic, partition and timestampType are constants.
+ * Only the columns the query asks for are made. The batch CRC (CRC32C from attributes on) is
+ * checked before anything is read.
+ */
+final class BatchDecoder {
+  static final int HEADER_SIZE = 61;
+  static final int LENGTH_POS = 8;
+  static final int MAGIC_POS = 16;
+  static final int CRC_POS = 17;
+  static final int ATTRIBUTES_POS = 21;
+  static final int LAST_OFFSET_DELTA_POS = 23;
+  static final int BASE_TIMESTAMP_POS = 27;
+  static final int MAX_TIMESTAMP_POS = 35;
+  static final int RECORD_COUNT_POS = 57;
+  static final int CODEC_NONE = 0;
+  static final int CODEC_LZ4 = 3;
+  static final int TIMESTAMP_TYPE_LOG_APPEND = 0x08;
+  static final int LAYOUT_ROWS = 1;
+  static final int LAYOUT_ARROW = 2;
+  static final long MAX_UNCOMPRESSED_BYTES = 256L * 1024 * 1024;
+
+  static final DataType HEADERS_TYPE = DataTypes.createArrayType(new StructType(new StructField[] {
+      DataTypes.createStructField("key", DataTypes.StringType, true),
+      DataTypes.createStructField("value", DataTypes.BinaryType, true)}), true);
+
+  private static final LZ4SafeDecompressor LZ4 = LZ4Factory.fastestInstance().safeDecompressor();
+
+  private final String topic;
+  private final UTF8String topicUtf8;
+  private final int partition;
+  private final String[] columns;
+  private final BufferAllocator allocator;
+
+  /** Decodes batches of {@code topic}-{@code partition} into {@code columns} (names of Kafka's schema). */
+  BatchDecoder(String topic, int partition, String[] columns, BufferAllocator allocator) {
+    this.topic = topic;
+    this.topicUtf8 = UTF8String.fromString(topic);
+    this.partition = partition;
+    this.columns = columns;
+    this.allocator = allocator;
+  }
+
+  /** One batch's place in a fetch buffer. */
+  static final class Header {
+    int position;
+    int size;
+    long baseOffset;
+    long nextOffset;
+  }
+
+  /** The whole batches in {@code buf}, in order (a partial trailing batch is left out). */
+  static List<Header> headers(byte[] buf) {
+    ByteBuffer b = ByteBuffer.wrap(buf).order(ByteOrder.BIG_ENDIAN);
+    List<Header> out = new ArrayList<>();
+    int pos = 0;
+    while (pos + HEADER_SIZE <= buf.length) {
+      int length = b.getInt(pos + LENGTH_POS);
+      long size = 12L + length;
+      if (length < HEADER_SIZE - 12 || pos + size > buf.length) {
+        break;
+      }
+      Header h = new Header();
+      h.position = pos;
+      h.size = (int) size;
+      h.baseOffset = b.getLong(pos);
+      h.nextOffset = h.baseOffset + b.getInt(pos + LAST_OFFSET_DELTA_POS) + 1L;
+      out.add(h);
+      pos += (int) size;
+    }
+    return out;
+  }
+
+  /** The batch's records in [from, until) as a ColumnarBatch (null when none is), which owns its
+   *  buffers: close it with {@link Decoded#close()}. */
+  Decoded decode(byte[] buf, Header h, long from, long until) {
+    ByteBuffer b = ByteBuffer.wrap(buf).order(ByteOrder.BIG_ENDIAN);
+    int pos = h.position;
+    CRC32C crc = new CRC32C();
+    crc.update(buf, pos + ATTRIBUTES_POS, h.size - ATTRIBUTES_POS);
+    long expected = b.getInt(pos + CRC_POS) & 0xFFFFFFFFL;
+    if (crc.getValue() != expected) {
+      throw corrupt("fetched batch at offset " + h.baseOffset + " fails its CRC");
+    }
+    int magic = b.get(pos + MAGIC_POS);
+    int attributes = b.getShort(pos + ATTRIBUTES_POS);
+    int count = b.getInt(pos + RECORD_COUNT_POS);
+    long baseTimestamp = b.getLong(pos + BASE_TIMESTAMP_POS);
+    long maxTimestamp = b.getLong(pos + MAX_TIMESTAMP_POS);
+    if (count <= 0) {
+      throw corrupt("batch at offset " + h.baseOffset + " holds " + count + " records");
+    }
+    ArrowBuf raw = inflate(buf, pos + HEADER_SIZE, h.size - HEADER_SIZE, attributes & 0x07);
+    Decoded out = new Decoded();
+    out.owned.add(raw::close);
+    try {
+      Payload p = magic == LAYOUT_ARROW ? arrowLayout(raw, count) : magic == LAYOUT_ROWS ? rowLayout(raw, count, out)
+          : null;
+      if (p == null) {
+        throw corrupt("batch at offset " + h.baseOffset + " has unknown magic " + magic);
+      }
+      int first = indexOf(p, h.baseOffset, from, count);
+      int end = indexOf(p, h.baseOffset, until, count);
+      int n = end - first;
+      if (n <= 0) {
+        out.close();
+        return null;
+      }
+      boolean logAppend = (attributes & TIMESTAMP_TYPE_LOG_APPEND) != 0;
+      ColumnVector[] vectors = new ColumnVector[columns.length];
+      for (int i = 0; i < columns.length; i++) {
+        vectors[i] = column(columns[i], p, raw, h.baseOffset, first, n, baseTimestamp, maxTimestamp, logAppend, out);
+      }
+      out.batch = new ColumnarBatch(vectors, n);
+      out.nextOffset = h.nextOffset;
+      return out;
+    } catch (RuntimeException e) {
+      out.close();
+      throw e;
+    }
+  }
+
+  private ColumnVector column(String name, Payload p, ArrowBuf raw, long base, int first, int n, long baseTs,
+      long maxTs, boolean logAppend, Decoded out) {
+    switch (name) {
+      case "key":
+        return binary("key", p.keyNulls, p.keyBufs, raw, p.count, first, n, out);
+      case "value":
+        return binary("value", p.valueNulls, p.valueBufs, raw, p.count, first, n, out);
+      case "topic": {
+        ConstantColumnVector c = new ConstantColumnVector(n, DataTypes.StringType);
+        c.setUtf8String(topicUtf8);
+        return c;
+      }
+      case "partition": {
+        ConstantColumnVector c = new ConstantColumnVector(n, DataTypes.IntegerType);
+        c.setInt(partition);
+        return c;
+      }
+      case "timestampType": {
+        ConstantColumnVector c = new ConstantColumnVector(n, DataTypes.IntegerType);
+        c.setInt(logAppend ? 1 : 0);
+        return c;
+      }
+      case "offset":
+        return new ComputedColumns.Offsets(base, first, p.offsetDeltas);
+      case "timestamp":
+        if (logAppend) {
+          ConstantColumnVector c = new ConstantColumnVector(n, DataTypes.TimestampType);
+          c.setLong(maxTs * 1000L);
+          return c;
+        }
+        return new ComputedColumns.Timestamps(baseTs, first, p.timestampDeltas);
+      case "headers":
+        return headers(p.headers, first, n, out);
+      default:
+        throw new IllegalArgumentException("no column " + name + " in raylog's schema");
+    }
+  }
+
+  /** An ArrowColumnVector over the payload's Arrow binary buffers; a window copies (range edges only). */
+  private ColumnVector binary(String name, int nulls, ArrowBuf[] bufs, ArrowBuf raw, int count, int first, int n,
+      Decoded out) {
+    if (nulls == count) {
+      ConstantColumnVector c = new ConstantColumnVector(n, DataTypes.BinaryType);
+      c.setNull();
+      return c;
+    }
+    VarBinaryVector vector = new VarBinaryVector(name, allocator);
+    vector.loadFieldBuffers(new ArrowFieldNode(count, nulls), java.util.Arrays.asList(bufs));
+    vector.setValueCount(count);
+    if (first != 0 || n != count) {
+      TransferPair pair = vector.getTransferPair(allocator);
+      pair.splitAndTransfer(first, n);
+      vector.close();
+      vector = (VarBinaryVector) pair.getTo();
+    }
+    ArrowColumnVector c = new ArrowColumnVector(vector);
+    out.owned.add(c::close);
+    return c;
+  }
+
+  private ColumnVector headers(List<List<Object[]>> headers, int first, int n, Decoded out) {
+    OnHeapColumnVector c = new OnHeapColumnVector(n, HEADERS_TYPE);
+    out.owned.add(c::close);
+    WritableColumnVector pairs = c.arrayData();
+    WritableColumnVector keys = pairs.getChild(0);
+    WritableColumnVector values = pairs.getChild(1);
+    int at = 0;
+    for (int i = 0; i < n; i++) {
+      List<Object[]> own = headers == null ? null : headers.get(first + i);
+      int size = own == null ? 0 : own.size();
+      c.putArray(i, at, size);
+      for (int j = 0; j < size; j++) {
+        Object[] pair = own.get(j);
+        pairs.appendStruct(false);
+        byte[] k = ((String) pair[0]).getBytes(java.nio.charset.StandardCharsets.UTF_8);
+        keys.appendByteArray(k, 0, k.length);
+        if (pair[1] == null) {
+          values.appendNull();
+        } else {
+          byte[] v = (byte[]) pair[1];
+          values.appendByteArray(v, 0, v.length);
+        }
+      }
+      at += size;
+    }
+    return c;
+  }
+
+  /** Index of the first record at or after {@code offset} (count when none is). */
+  private static int indexOf(Payload p, long base, long offset, int count) {
+    if (p.offsetDeltas == null) {
+      return (int) Math.max(0, Math.min(count, offset - base));
+    }
+    int lo = 0;
+    int hi = count;
+    while (lo < hi) {
+      int mid = (lo + hi) >>> 1;
+      if (base + p.offsetDeltas.getInt(4L * mid) < offset) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    return lo;
+  }
+
+  private ArrowBuf inflate(byte[] buf, int start, int length, int codec) {
+    if (codec == CODEC_NONE) {
+      ArrowBuf raw = allocator.buffer(Math.max(length, 1));
+      raw.setBytes(0, buf, start, length);
+      raw.writerIndex(length);
+      return raw;
+    }
+    if (codec != CODEC_LZ4) {
+      throw new RaylogSparkException("UnsupportedCodecError", topic + "-" + partition + ": unknown codec id " + codec);
+    }
+    if (length < 4) {
+      throw corrupt("lz4 payload shorter than its size prefix");
+    }
+    long size = ByteBuffer.wrap(buf, start, 4).order(ByteOrder.LITTLE_ENDIAN).getInt() & 0xFFFFFFFFL;
+    if (size > MAX_UNCOMPRESSED_BYTES) {
+      throw corrupt("lz4 payload claims " + size + " uncompressed bytes");
+    }
+    ArrowBuf raw = allocator.buffer(Math.max(size, 1));
+    try {
+      ByteBuffer dest = raw.nioBuffer(0, (int) size);
+      int got = LZ4.decompress(ByteBuffer.wrap(buf), start + 4, length - 4, dest, 0, (int) size);
+      if (got != size) {
+        throw corrupt("lz4 payload inflated to " + got + " bytes, its prefix says " + size);
+      }
+    } catch (net.jpountz.lz4.LZ4Exception e) {
+      raw.close();
+      throw corrupt("lz4 payload does not decompress: " + e.getMessage());
+    } catch (RuntimeException e) {
+      raw.close();
+      throw e;
+    }
+    raw.writerIndex(size);
+    return raw;
+  }
+
+  /** A decoded payload: buffers are slices of the inflated payload. */
+  static final class Payload {
+    int count;
+    int keyNulls;
+    int valueNulls;
+    ArrowBuf[] keyBufs;
+    ArrowBuf[] valueBufs;
+    ArrowBuf timestampDeltas;
+    ArrowBuf offsetDeltas;
+    List<List<Object[]>> headers;
+  }
+
+  private static long pad(long n) {
+    return (8 - n % 8) % 8;
+  }
+
+  /** Magic 2: u32 header size, msgpack [count, key nulls, value nulls, sizes[8], headers], 8 buffers. */
+  private Payload arrowLayout(ArrowBuf raw, int count) {
+    long total = raw.writerIndex();
+    if (total < 4) {
+      throw corrupt("payload shorter than its header size");
+    }
+    long headerSize = raw.getInt(0) & 0xFFFFFFFFL;
+    if (headerSize > total - 4) {
+      throw corrupt("payload header size " + headerSize + " runs past the " + total + " payload bytes");
+    }
+    byte[] header = new byte[(int) headerSize];
+    raw.getBytes(4, header);
+    Payload p = new Payload();
+    long[] sizes = new long[8];
+    try (MessageUnpacker u = MessagePack.newDefaultUnpacker(header)) {
+      if (u.unpackArrayHeader() != 5) {
+        throw corrupt("payload header must be an array of 5 fields");
+      }
+      p.count = u.unpackInt();
+      p.keyNulls = u.unpackInt();
+      p.valueNulls = u.unpackInt();
+      if (u.unpackArrayHeader() != 8) {
+        throw corrupt("payload buffer sizes must be 8 integers");
+      }
+      for (int i = 0; i < 8; i++) {
+        sizes[i] = u.unpackLong();
+      }
+      p.headers = wantsHeaders() ? unpackHeaders(u, count) : null;
+    } catch (java.io.IOException | org.msgpack.core.MessagePackException e) {
+      throw corrupt("payload header is not msgpack: " + e.getMessage());
+    }
+    if (p.count != count) {
+      throw corrupt("payload holds " + p.count + " records, the batch header says " + count);
+    }
+    long at = 4 + headerSize;
+    at += pad(at);
+    ArrowBuf[] bufs = new ArrowBuf[8];
+    for (int i = 0; i < 8; i++) {
+      if (sizes[i] < 0 || at + sizes[i] > total) {
+        throw corrupt("payload buffer of " + sizes[i] + " bytes at " + at + " runs past the " + total + " bytes");
+      }
+      bufs[i] = raw.slice(at, sizes[i]);
+      at += sizes[i] + pad(sizes[i]);
+    }
+    checkBinary("key", p.keyNulls, count, sizes[1], sizes[2], bufs[1]);
+    checkBinary("value", p.valueNulls, count, sizes[4], sizes[5], bufs[4]);
+    if (sizes[6] != 8L * count) {
+      throw corrupt("payload timestamp deltas hold " + sizes[6] + " bytes for " + count + " records");
+    }
+    if (sizes[7] != 0 && sizes[7] != 4L * count) {
+      throw corrupt("payload offset deltas hold " + sizes[7] + " bytes for " + count + " records");
+    }
+    p.keyBufs = new ArrowBuf[] {bufs[0], bufs[1], bufs[2]};
+    p.valueBufs = new ArrowBuf[] {bufs[3], bufs[4], bufs[5]};
+    p.timestampDeltas = bufs[6];
+    p.offsetDeltas = sizes[7] == 0 ? null : bufs[7];
+    return p;
+  }
+
+  private void checkBinary(String name, int nulls, int count, long offsetBytes, long dataBytes, ArrowBuf offsets) {
+    if (nulls < 0 || nulls > count) {
+      throw corrupt("payload " + name + " null count " + nulls + " is not within 0.." + count);
+    }
+    if (nulls == count) {
+      return;
+    }
+    if (offsetBytes != 4L * (count + 1)) {
+      throw corrupt("payload " + name + " offsets hold " + offsetBytes + " bytes, not " + 4L * (count + 1));
+    }
+    if (offsets.getInt(0) != 0 || offsets.getInt(4L * count) != dataBytes) {
+      throw corrupt("payload " + name + " offsets do not run from 0 to " + dataBytes);
+    }
+  }
+
+  private boolean wantsHeaders() {
+    for (String c : columns) {
+      if (c.equals("headers")) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  private List<List<Object[]>> unpackHeaders(MessageUnpacker u, int count) throws java.io.IOException {
+    if (u.getNextFormat().getValueType() == ValueType.NIL) {
+      u.unpackNil();
+      return null;
+    }
+    int n = u.unpackArrayHeader();
+    if (n != count) {
+      throw corrupt("payload headers must be null or one list per record");
+    }
+    List<List<Object[]>> out = new ArrayList<>(n);
+    for (int i = 0; i < n; i++) {
+      if (u.getNextFormat().getValueType() == ValueType.NIL) {
+        u.unpackNil();
+        out.add(null);
+        continue;
+      }
+      int pairs = u.unpackArrayHeader();
+      List<Object[]> own = new ArrayList<>(pairs);
+      for (int j = 0; j < pairs; j++) {
+        u.unpackArrayHeader();
+        String key = u.unpackString();
+        byte[] value = null;
+        if (u.getNextFormat().getValueType() == ValueType.NIL) {
+          u.unpackNil();
+        } else {
+          value = u.readPayload(u.unpackBinaryHeader());
+        }
+        own.add(new Object[] {key, value});
+      }
+      out.add(own);
+    }
+    return out;
+  }
+
+  /** Magic 1 (logs written before the Arrow layout): msgpack [keys, values, ts deltas, headers,
+   *  offset deltas], copied here into the same buffers magic 2 has. */
+  private Payload rowLayout(ArrowBuf raw, int count, Decoded out) {
+    byte[] bytes = new byte[(int) raw.writerIndex()];
+    raw.getBytes(0, bytes);
+    Payload p = new Payload();
+    p.count = count;
+    try (MessageUnpacker u = MessagePack.newDefaultUnpacker(bytes)) {
+      if (u.unpackArrayHeader() != 5) {
+        throw corrupt("payload must be an array of 5 columns");
+      }
+      byte[][] keys = unpackBins(u, count);
+      byte[][] values = unpackBins(u, count);
+      if (u.unpackArrayHeader() != count) {
+        throw corrupt("payload column timestamp_deltas does not hold " + count + " records");
+      }
+      p.timestampDeltas = owned(allocator.buffer(8L * count), out);
+      for (int i = 0; i < count; i++) {
+        p.timestampDeltas.setLong(8L * i, u.unpackLong());
+      }
+      p.headers = unpackHeaders(u, count);
+      if (u.getNextFormat().getValueType() == ValueType.NIL) {
+        u.unpackNil();
+      } else {
+        if (u.unpackArrayHeader() != count) {
+          throw corrupt("payload offset deltas must be one int per record");
+        }
+        p.offsetDeltas = owned(allocator.buffer(4L * count), out);
+        for (int i = 0; i < count; i++) {
+          p.offsetDeltas.setInt(4L * i, u.unpackInt());
+        }
+      }
+      p.keyNulls = nulls(keys);
+      p.valueNulls = nulls(values);
+      p.keyBufs = binaryBuffers(keys, out);
+      p.valueBufs = binaryBuffers(values, out);
+    } catch (java.io.IOException | org.msgpack.core.MessagePackException e) {
+      throw corrupt("payload is not a msgpack column set: " + e.getMessage());
+    }
+    return p;
+  }
+
+  private static ArrowBuf owned(ArrowBuf buf, Decoded out) {
+    out.owned.add(buf::close);
+    return buf;
+  }
+
+  private static int nulls(byte[][] items) {
+    int n = 0;
+    for (byte[] b : items) {
+      n += b == null ? 1 : 0;
+    }
+    return n;
+  }
+
+  private ArrowBuf[] binaryBuffers(byte[][] items, Decoded out) {
+    int count = items.length;
+    long total = 0;
+    for (byte[] b : items) {
+      total += b == null ? 0 : b.length;
+    }
+    ArrowBuf validity = owned(allocator.buffer((count + 7) / 8 + 1), out);
+    validity.setZero(0, validity.capacity());
+    ArrowBuf offsets = owned(allocator.buffer(4L * (count + 1)), out);
+    ArrowBuf data = owned(allocator.buffer(Math.max(total, 1)), out);
+    long at = 0;
+    offsets.setInt(0, 0);
+    for (int i = 0; i < count; i++) {
+      if (items[i] != null) {
+        validity.setByte(i / 8, validity.getByte(i / 8) | (1 << (i % 8)));
+        data.setBytes(at, items[i]);
+        at += items[i].length;
+      }
+      offsets.setInt(4L * (i + 1), (int) at);
+    }
+    return new ArrowBuf[] {validity, offsets, data};
+  }
+
+  private byte[][] unpackBins(MessageUnpacker u, int count) throws java.io.IOException {
+    if (u.unpackArrayHeader() != count) {
+      throw corrupt("payload column does not hold " + count + " records");
+    }
+    byte[][] out = new byte[count][];
+    for (int i = 0; i < count; i++) {
+      if (u.getNextFormat().getValueType() == ValueType.NIL) {
+        u.unpackNil();
+      } else {
+        out[i] = u.readPayload(u.unpackBinaryHeader());
+      }
+    }
+    return out;
+  }
+
+  private RaylogSparkException corrupt(String what) {
+    return new RaylogSparkException("CorruptRecordError", topic + "-" + partition + ": " + what);
+  }
+
+  /** A ColumnarBatch and the buffers it reads, released together. */
+  static final class Decoded implements AutoCloseable {
+    ColumnarBatch batch;
+    long nextOffset;
+    final List<AutoCloseable> owned = new ArrayList<>();
+
+    @Override
+    public void close() {
+      for (int i = owned.size() - 1; i >= 0; i--) {
+        try {
+          owned.get(i).close();
+        } catch (Exception e) {
+          throw new IllegalStateException(e);
+        }
+      }
+      owned.clear();
+    }
+  }
+}

@@ -1,0 +1,255 @@
+package io.raylog.spark;
+
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.zip.CRC32C;
+import net.jpountz.lz4.LZ4Compressor;
+import net.jpountz.lz4.LZ4Factory;
+import org.msgpack.core.MessageBufferPacker;
+import org.msgpack.core.MessagePack;
+
+/**
+ * Records gathered for one partition and laid out as one raylog record batch (the bytes
+ * raylog/storage/batch.py builds: Kafka's v2 header, the Arrow-layout payload of payload.py,
+ * lz4 block with a 4-byte size prefix, CRC32C from attributes on). Not idempotent (producer id
+ * -1): a batch resent after a lost answer may be appended twice, as Spark's Kafka sink is
+ * at-least-once.
+ */
+final class BatchEncoder {
+  private static final LZ4Compressor LZ4 = LZ4Factory.fastestInstance().fastCompressor();
+
+  private final Column keys = new Column();
+  private final Column values = new Column();
+  private long[] timestamps = new long[1024];
+  private List<List<Object[]>> headers;
+  private int count;
+
+  int count() {
+    return count;
+  }
+
+  /** Bytes gathered so far (what batch_size bounds). */
+  long size() {
+    return keys.data.length() + values.data.length() + 16L * count;
+  }
+
+  /** Adds a record; {@code headerPairs} are [name (String), value (byte[] or null)] or null. */
+  void add(byte[] key, byte[] value, long timestampMs, List<Object[]> headerPairs) {
+    keys.add(key, count);
+    values.add(value, count);
+    if (count == timestamps.length) {
+      timestamps = Arrays.copyOf(timestamps, count * 2);
+    }
+    timestamps[count] = timestampMs;
+    if (headerPairs != null && !headerPairs.isEmpty() && headers == null) {
+      headers = new ArrayList<>();
+      for (int i = 0; i < count; i++) {
+        headers.add(null);
+      }
+    }
+    if (headers != null) {
+      headers.add(headerPairs);
+    }
+    count++;
+  }
+
+  /** The batch bytes of every record added. */
+  byte[] encode(boolean lz4) {
+    long base = Long.MAX_VALUE;
+    long max = Long.MIN_VALUE;
+    for (int i = 0; i < count; i++) {
+      base = Math.min(base, timestamps[i]);
+      max = Math.max(max, timestamps[i]);
+    }
+    Bytes deltas = new Bytes(8 * count);
+    for (int i = 0; i < count; i++) {
+      deltas.putLongLE(timestamps[i] - base);
+    }
+    List<Bytes> buffers = new ArrayList<>();
+    for (Column c : new Column[] {keys, values}) {
+      if (c.nulls == count) {
+        buffers.add(Bytes.EMPTY);
+        buffers.add(Bytes.EMPTY);
+        buffers.add(Bytes.EMPTY);
+      } else {
+        buffers.add(c.nulls == 0 ? Bytes.EMPTY : c.validity(count));
+        buffers.add(c.offsets);
+        buffers.add(c.data);
+      }
+    }
+    buffers.add(deltas);
+    buffers.add(Bytes.EMPTY);
+    byte[] header = msgpackHeader(buffers);
+    int rawSize = pad(4 + header.length);
+    for (Bytes b : buffers) {
+      rawSize += pad(b.length());
+    }
+    ByteBuffer raw = ByteBuffer.allocate(rawSize).order(ByteOrder.LITTLE_ENDIAN);
+    raw.putInt(header.length).put(header);
+    raw.position(pad(4 + header.length));
+    for (Bytes b : buffers) {
+      int start = raw.position();
+      raw.put(b.array(), 0, b.length());
+      raw.position(start + pad(b.length()));
+    }
+    byte[] payload;
+    int payloadLength;
+    if (lz4) {
+      int bound = LZ4.maxCompressedLength(rawSize);
+      payload = new byte[4 + bound];
+      ByteBuffer.wrap(payload).order(ByteOrder.LITTLE_ENDIAN).putInt(rawSize);
+      payloadLength = 4 + LZ4.compress(raw.array(), 0, rawSize, payload, 4, bound);
+    } else {
+      payload = raw.array();
+      payloadLength = rawSize;
+    }
+    byte[] out = new byte[BatchDecoder.HEADER_SIZE + payloadLength];
+    ByteBuffer b = ByteBuffer.wrap(out).order(ByteOrder.BIG_ENDIAN);
+    b.putLong(0L);                                              // base_offset: the leader stamps it
+    b.putInt(out.length - 12);                                  // batch_length
+    b.putInt(-1);                                               // leader_epoch: stamped
+    b.put((byte) BatchDecoder.LAYOUT_ARROW);                    // magic
+    b.putInt(0);                                                // crc, below
+    b.putShort((short) (lz4 ? BatchDecoder.CODEC_LZ4 : BatchDecoder.CODEC_NONE));
+    b.putInt(count - 1);                                        // last_offset_delta
+    b.putLong(base);
+    b.putLong(max);
+    b.putLong(-1L);                                             // producer_id: not idempotent
+    b.putShort((short) -1);
+    b.putInt(-1);
+    b.putInt(count);
+    System.arraycopy(payload, 0, out, BatchDecoder.HEADER_SIZE, payloadLength);
+    CRC32C crc = new CRC32C();
+    crc.update(out, BatchDecoder.ATTRIBUTES_POS, out.length - BatchDecoder.ATTRIBUTES_POS);
+    b.putInt(BatchDecoder.CRC_POS, (int) crc.getValue());
+    return out;
+  }
+
+  private byte[] msgpackHeader(List<Bytes> buffers) {
+    try (MessageBufferPacker p = MessagePack.newDefaultBufferPacker()) {
+      p.packArrayHeader(5);
+      p.packInt(count);
+      p.packInt(keys.nulls);
+      p.packInt(values.nulls);
+      p.packArrayHeader(8);
+      for (Bytes b : buffers) {
+        p.packInt(b.length());
+      }
+      if (headers == null) {
+        p.packNil();
+      } else {
+        p.packArrayHeader(count);
+        for (List<Object[]> own : headers) {
+          int n = own == null ? 0 : own.size();
+          p.packArrayHeader(n);
+          for (int j = 0; j < n; j++) {
+            Object[] pair = own.get(j);
+            p.packArrayHeader(2);
+            p.packString((String) pair[0]);
+            if (pair[1] == null) {
+              p.packNil();
+            } else {
+              byte[] v = (byte[]) pair[1];
+              p.packBinaryHeader(v.length);
+              p.writePayload(v);
+            }
+          }
+        }
+      }
+      return p.toByteArray();
+    } catch (IOException e) {
+      throw new IllegalStateException(e);
+    }
+  }
+
+  private static int pad(int n) {
+    return (n + 7) & ~7;
+  }
+
+  /** A binary column in Arrow's layout: validity bits, int32 offsets, one data blob. */
+  private static final class Column {
+    final Bytes offsets = new Bytes(4096);
+    final Bytes data = new Bytes(64 * 1024);
+    byte[] present = new byte[1024];
+    int nulls;
+
+    Column() {
+      offsets.putIntLE(0);
+    }
+
+    void add(byte[] item, int index) {
+      if (index == present.length) {
+        present = Arrays.copyOf(present, index * 2);
+      }
+      if (item == null) {
+        nulls++;
+        present[index] = 0;
+      } else {
+        present[index] = 1;
+        data.put(item);
+      }
+      offsets.putIntLE(data.length());
+    }
+
+    Bytes validity(int count) {
+      Bytes bits = new Bytes((count + 7) / 8);
+      byte[] a = new byte[(count + 7) / 8];
+      for (int i = 0; i < count; i++) {
+        if (present[i] != 0) {
+          a[i >> 3] |= (byte) (1 << (i & 7));
+        }
+      }
+      bits.put(a);
+      return bits;
+    }
+  }
+
+  /** A growable little-endian byte buffer. */
+  static final class Bytes {
+    static final Bytes EMPTY = new Bytes(0);
+    private byte[] a;
+    private int n;
+
+    Bytes(int capacity) {
+      a = new byte[Math.max(capacity, 8)];
+    }
+
+    private void room(int more) {
+      if (n + more > a.length) {
+        a = Arrays.copyOf(a, Math.max(a.length * 2, n + more));
+      }
+    }
+
+    void put(byte[] b) {
+      room(b.length);
+      System.arraycopy(b, 0, a, n, b.length);
+      n += b.length;
+    }
+
+    void putIntLE(int v) {
+      room(4);
+      a[n] = (byte) v;
+      a[n + 1] = (byte) (v >>> 8);
+      a[n + 2] = (byte) (v >>> 16);
+      a[n + 3] = (byte) (v >>> 24);
+      n += 4;
+    }
+
+    void putLongLE(long v) {
+      putIntLE((int) v);
+      putIntLE((int) (v >>> 32));
+    }
+
+    int length() {
+      return n;
+    }
+
+    byte[] array() {
+      return a;
+    }
+  }
+}

@@ -1,0 +1,117 @@
+package io.raylog.spark;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import io.ray.api.BaseActorHandle;
+import io.ray.api.ObjectRef;
+import io.ray.api.PyActorHandle;
+import io.ray.api.Ray;
+import io.ray.api.call.PyActorTaskCaller;
+import io.ray.api.function.PyActorMethod;
+import java.util.Optional;
+import java.util.concurrent.ConcurrentHashMap;
+
+/**
+ * Calls from this JVM (Spark's driver or an executor, both Ray Java workers under RayDP) to
+ * raylog's Python actors, across languages: the planner (spark_bridge/planner.py, JSON strings in
+ * and out) and the partition replicas (fetch_bytes / produce_bytes, lists of bytes and ints).
+ */
+final class RayCalls {
+  static final ObjectMapper JSON = new ObjectMapper();
+  static final String PLANNER = "raylog-spark-planner";
+  static final long PLANNER_TIMEOUT_MS = 120_000;
+
+  private static final ConcurrentHashMap<String, PyActorHandle> ACTORS = new ConcurrentHashMap<>();
+
+  private RayCalls() {}
+
+  /** The named actor of {@code namespace}, or null when none has that name (now). */
+  static PyActorHandle actor(String name, String namespace) {
+    String key = namespace + "\u0000" + name;
+    PyActorHandle found = ACTORS.get(key);
+    if (found != null) {
+      return found;
+    }
+    if (!Ray.isInitialized()) {
+      throw new RaylogSparkException("ClusterNotAvailableError",
+          "this JVM is not connected to Ray: start Spark with spark_bridge.session(), which connects "
+              + "RayDP's driver and executors to the Ray cluster raylog runs on");
+    }
+    Optional<BaseActorHandle> handle = Ray.getActor(name, namespace);
+    if (!handle.isPresent()) {
+      return null;
+    }
+    PyActorHandle actor = (PyActorHandle) handle.get();
+    ACTORS.put(key, actor);
+    return actor;
+  }
+
+  static void forget(String name, String namespace) {
+    ACTORS.remove(namespace + "\u0000" + name);
+  }
+
+  /** The planner's JSON answer to {@code method(args)}; its raylog error raised as RaylogSparkException. */
+  static JsonNode planner(String namespace, String method, Object... args) {
+    PyActorHandle planner = actor(PLANNER, namespace);
+    if (planner == null) {
+      throw new RaylogSparkException("ClusterNotAvailableError",
+          "raylog's Spark planner actor '" + PLANNER + "' is not running in Ray namespace '" + namespace
+              + "': start Spark with spark_bridge.session(namespace=...), which starts it");
+    }
+    String answer;
+    try {
+      // PyActorCall has no varargs overload: the caller takes the argument array as it is.
+      ObjectRef<String> ref = new PyActorTaskCaller<>(planner, PyActorMethod.of(method, String.class), args).remote();
+      answer = ref.get(PLANNER_TIMEOUT_MS);
+    } catch (RuntimeException e) {
+      forget(PLANNER, namespace);
+      throw new RaylogSparkException("KafkaTimeoutError", "raylog's Spark planner did not answer " + method
+          + ": " + e.getMessage(), e);
+    }
+    try {
+      JsonNode node = JSON.readTree(answer);
+      JsonNode error = node.get("error");
+      if (error != null) {
+        throw new RaylogSparkException(error.get(0).asText(), error.get(1).asText());
+      }
+      return node;
+    } catch (java.io.IOException e) {
+      throw new RaylogSparkException("CorruptRecordError", "the planner answered " + method + " with " + answer, e);
+    }
+  }
+
+  /** A raylog error a replica answered in the last slot of a cross-language call, or null. */
+  static ReplicaError error(Object slot) {
+    Object[] fields = (Object[]) slot;
+    if (fields == null || fields.length == 0) {
+      return null;
+    }
+    return new ReplicaError((String) fields[0], (String) fields[1], asLong(fields[2]) != 0, asLong(fields[3]),
+        asLong(fields[4]));
+  }
+
+  static long asLong(Object o) {
+    return ((Number) o).longValue();
+  }
+
+  /** What a replica refused a fetch or produce with (raylog's error, by class name). */
+  static final class ReplicaError {
+    final String type;
+    final String message;
+    final boolean retriable;
+    final long logStart;
+    final long logEnd;
+
+    ReplicaError(String type, String message, boolean retriable, long logStart, long logEnd) {
+      this.type = type;
+      this.message = message;
+      this.retriable = retriable;
+      this.logStart = logStart;
+      this.logEnd = logEnd;
+    }
+
+    RaylogSparkException raise() {
+      return new RaylogSparkException(type, message);
+    }
+  }
+}

@@ -1,0 +1,300 @@
+package io.raylog.spark;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import java.util.ArrayList;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Set;
+import org.apache.spark.sql.connector.expressions.Expression;
+import org.apache.spark.sql.connector.expressions.LiteralValue;
+import org.apache.spark.sql.connector.expressions.aggregate.AggregateFunc;
+import org.apache.spark.sql.connector.expressions.aggregate.Aggregation;
+import org.apache.spark.sql.connector.expressions.aggregate.Count;
+import org.apache.spark.sql.connector.expressions.aggregate.CountStar;
+import org.apache.spark.sql.connector.metric.CustomMetric;
+import org.apache.spark.sql.connector.read.Batch;
+import org.apache.spark.sql.connector.read.InputPartition;
+import org.apache.spark.sql.connector.read.PartitionReaderFactory;
+import org.apache.spark.sql.connector.read.Scan;
+import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.connector.read.SupportsPushDownAggregates;
+import org.apache.spark.sql.connector.read.SupportsPushDownFilters;
+import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
+import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
+import org.apache.spark.sql.sources.EqualTo;
+import org.apache.spark.sql.sources.Filter;
+import org.apache.spark.sql.sources.GreaterThan;
+import org.apache.spark.sql.sources.GreaterThanOrEqual;
+import org.apache.spark.sql.sources.In;
+import org.apache.spark.sql.sources.LessThan;
+import org.apache.spark.sql.sources.LessThanOrEqual;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * A read of raylog planned on Spark's driver: the planner resolves the options into offset
+ * ranges (one per partition, split to minPartitions) with the leader's node for each; pushed
+ * filters on partition and offset narrow the ranges exactly (so Spark need not evaluate them
+ * again); pruned columns are never built; COUNT(*) with nothing else is answered per range from
+ * its offsets (topics without compaction only: a compacted log has gaps).
+ */
+final class RaylogScanBuilder implements ScanBuilder, SupportsPushDownRequiredColumns, SupportsPushDownFilters,
+    SupportsPushDownAggregates {
+  private static final Logger LOG = LoggerFactory.getLogger(RaylogScanBuilder.class);
+
+  private final SourceOptions options;
+  private StructType required;
+  private Filter[] pushed = new Filter[0];
+  private Set<Integer> partitions;
+  private long lowOffset = Long.MIN_VALUE;
+  private long highOffset = Long.MAX_VALUE;
+  private boolean countOnly;
+  private List<RangePartition> planned;
+  private Set<String> compacted;
+
+  RaylogScanBuilder(SourceOptions options) {
+    this.options = options;
+    this.required = options.schema();
+  }
+
+  @Override
+  public void pruneColumns(StructType requiredSchema) {
+    this.required = requiredSchema;
+  }
+
+  @Override
+  public Filter[] pushFilters(Filter[] filters) {
+    List<Filter> kept = new ArrayList<>();
+    List<Filter> taken = new ArrayList<>();
+    for (Filter f : filters) {
+      (narrow(f) ? taken : kept).add(f);
+    }
+    pushed = taken.toArray(new Filter[0]);
+    return kept.toArray(new Filter[0]);
+  }
+
+  @Override
+  public Filter[] pushedFilters() {
+    return pushed;
+  }
+
+  /** Applies a filter on partition or offset to the ranges to read; false when it cannot. */
+  private boolean narrow(Filter f) {
+    String column;
+    Object value;
+    if (f instanceof In && ((In) f).attribute().equals("partition")) {
+      Set<Integer> allowed = new HashSet<>();
+      for (Object v : ((In) f).values()) {
+        if (!(v instanceof Number)) {
+          return false;
+        }
+        allowed.add(((Number) v).intValue());
+      }
+      keepPartitions(allowed);
+      return true;
+    }
+    if (f instanceof EqualTo) {
+      column = ((EqualTo) f).attribute();
+      value = ((EqualTo) f).value();
+    } else if (f instanceof GreaterThan) {
+      column = ((GreaterThan) f).attribute();
+      value = ((GreaterThan) f).value();
+    } else if (f instanceof GreaterThanOrEqual) {
+      column = ((GreaterThanOrEqual) f).attribute();
+      value = ((GreaterThanOrEqual) f).value();
+    } else if (f instanceof LessThan) {
+      column = ((LessThan) f).attribute();
+      value = ((LessThan) f).value();
+    } else if (f instanceof LessThanOrEqual) {
+      column = ((LessThanOrEqual) f).attribute();
+      value = ((LessThanOrEqual) f).value();
+    } else {
+      return false;
+    }
+    if (!(value instanceof Integer || value instanceof Long) || !(column.equals("partition") || column.equals("offset"))) {
+      return false;
+    }
+    long v = ((Number) value).longValue();
+    if (column.equals("partition")) {
+      if (!(f instanceof EqualTo)) {
+        return false;
+      }
+      Set<Integer> one = new HashSet<>();
+      one.add((int) v);
+      keepPartitions(one);
+      return true;
+    }
+    if (f instanceof EqualTo) {
+      lowOffset = Math.max(lowOffset, v);
+      highOffset = Math.min(highOffset, v + 1);
+    } else if (f instanceof GreaterThan) {
+      lowOffset = Math.max(lowOffset, v + 1);
+    } else if (f instanceof GreaterThanOrEqual) {
+      lowOffset = Math.max(lowOffset, v);
+    } else if (f instanceof LessThan) {
+      highOffset = Math.min(highOffset, v);
+    } else {
+      highOffset = Math.min(highOffset, v + 1);
+    }
+    return true;
+  }
+
+  private void keepPartitions(Set<Integer> allowed) {
+    if (partitions == null) {
+      partitions = allowed;
+    } else {
+      partitions.retainAll(allowed);
+    }
+  }
+
+  @Override
+  public boolean pushAggregation(Aggregation aggregation) {
+    AggregateFunc[] funcs = aggregation.aggregateExpressions();
+    if (aggregation.groupByExpressions().length != 0 || funcs.length != 1 || !isCountStar(funcs[0])) {
+      return false;
+    }
+    plan();
+    for (RangePartition r : planned) {
+      if (compacted.contains(r.topic)) {
+        return false;
+      }
+    }
+    countOnly = true;
+    return true;
+  }
+
+  private static boolean isCountStar(AggregateFunc f) {
+    if (f instanceof CountStar) {
+      return true;
+    }
+    if (f instanceof Count && !((Count) f).isDistinct()) {
+      Expression e = ((Count) f).column();
+      return e instanceof LiteralValue && ((LiteralValue<?>) e).value() != null;
+    }
+    return false;
+  }
+
+  @Override
+  public Scan build() {
+    StructType schema = countOnly ? new StructType().add("count(*)", DataTypes.LongType, false) : required;
+    return new RaylogScan(this, schema);
+  }
+
+  /** The ranges to read: planned (a batch read only: a stream plans each micro-batch), then narrowed
+   *  by the pushed filters. */
+  List<RangePartition> ranges() {
+    plan();
+    List<RangePartition> ranges = new ArrayList<>();
+    for (RangePartition r : planned) {
+      if (partitions != null && !partitions.contains(r.partition)) {
+        continue;
+      }
+      long from = Math.max(r.from, lowOffset);
+      long until = Math.min(r.until, highOffset);
+      if (until > from) {
+        ranges.add(new RangePartition(r.topic, r.partition, from, until, r.host));
+      }
+    }
+    return ranges;
+  }
+
+  /** The planner's ranges (or those spark_bridge.read pinned), once per scan. */
+  private void plan() {
+    if (planned != null) {
+      return;
+    }
+    JsonNode answer;
+    if (options.pinnedRanges != null) {
+      try {
+        answer = RayCalls.JSON.readTree(options.pinnedRanges);
+      } catch (java.io.IOException e) {
+        throw new RaylogSparkException("InvalidConfigError", SourceOptions.PINNED_RANGES + " is not JSON: "
+            + e.getMessage());
+      }
+    } else {
+      answer = RayCalls.planner(options.namespace, "plan", options.plannerJson());
+    }
+    for (JsonNode w : answer.path("warnings")) {
+      LOG.warn("raylog: {}", w.asText());
+    }
+    planned = ranges(answer.get("ranges"));
+    compacted = new HashSet<>();
+    for (JsonNode t : answer.path("compacted")) {
+      compacted.add(t.asText());
+    }
+  }
+
+  static List<RangePartition> ranges(JsonNode ranges) {
+    List<RangePartition> out = new ArrayList<>();
+    for (JsonNode r : ranges) {
+      out.add(new RangePartition(r.get(0).asText(), r.get(1).asInt(), r.get(2).asLong(), r.get(3).asLong(),
+          r.get(4).asText()));
+    }
+    return out;
+  }
+
+  /** The scan: a batch of the planned ranges, or (streaming) a MicroBatchStream. */
+  static final class RaylogScan implements Scan, Batch {
+    private final RaylogScanBuilder builder;
+    private final StructType schema;
+    private List<RangePartition> ranges;
+
+    RaylogScan(RaylogScanBuilder builder, StructType schema) {
+      this.builder = builder;
+      this.schema = schema;
+    }
+
+    @Override
+    public StructType readSchema() {
+      return schema;
+    }
+
+    @Override
+    public String description() {
+      return "raylog " + (builder.countOnly ? "COUNT(*) from offsets" : "columns " + String.join(",", schema.fieldNames()))
+          + (builder.partitions == null ? "" : ", partitions " + builder.partitions)
+          + (builder.lowOffset == Long.MIN_VALUE ? "" : ", offset >= " + builder.lowOffset)
+          + (builder.highOffset == Long.MAX_VALUE ? "" : ", offset < " + builder.highOffset);
+    }
+
+    @Override
+    public Batch toBatch() {
+      return this;
+    }
+
+    @Override
+    public CustomMetric[] supportedCustomMetrics() {
+      return ReadMetrics.supported();
+    }
+
+    @Override
+    public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
+      return new RaylogStream(builder.options, columns(schema), checkpointLocation);
+    }
+
+    @Override
+    public InputPartition[] planInputPartitions() {
+      if (ranges == null) {
+        ranges = builder.ranges();
+      }
+      return ranges.toArray(new InputPartition[0]);
+    }
+
+    @Override
+    public PartitionReaderFactory createReaderFactory() {
+      return new RangeReaders(builder.options.namespace, columns(schema), builder.options.failOnDataLoss,
+          builder.countOnly);
+    }
+  }
+
+  static String[] columns(StructType schema) {
+    List<String> out = new ArrayList<>();
+    for (StructField f : schema.fields()) {
+      out.add(f.name());
+    }
+    return out.toArray(new String[0]);
+  }
+}

@@ -1,0 +1,240 @@
+package io.raylog.spark;
+
+import io.ray.api.ObjectRef;
+import io.ray.api.PyActorHandle;
+import io.ray.api.function.PyActorMethod;
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ThreadLocalRandom;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.util.ArrayData;
+import org.apache.spark.sql.catalyst.util.MapData;
+import org.apache.spark.sql.connector.write.DataWriter;
+import org.apache.spark.sql.connector.write.WriterCommitMessage;
+
+/**
+ * A Spark task's rows into raylog: gathered per partition into record batches of batch_size
+ * bytes, each sent to the partition leader's actor (produce_bytes) with up to
+ * {@link #MAX_IN_FLIGHT} answers outstanding; the task commits once every batch is
+ * acknowledged (acks=all by default). Partitions as Kafka's producer: the partition column,
+ * else murmur2 of the key, else one partition per batch (sticky). A batch refused with a
+ * retriable error (a leader change, too few in-sync replicas) is resent to the new leader until
+ * delivery_timeout_ms; anything else fails the task, and Spark's retry of it makes a write
+ * at-least-once, as Spark's Kafka sink.
+ */
+final class RecordSender implements DataWriter<InternalRow> {
+  static final int MAX_IN_FLIGHT = 5;
+  static final long BACKOFF_MS = 100;
+
+  private final SinkSpec spec;
+  private final Map<String, Integer> partitionCounts = new HashMap<>();
+  private final Map<String, Integer> sticky = new HashMap<>();
+  private final Map<String, BatchEncoder> open = new HashMap<>();
+  private final Map<String, PyActorHandle> leaders = new HashMap<>();
+  private final ArrayDeque<InFlight> inFlight = new ArrayDeque<>();
+  private long written;
+
+  RecordSender(SinkSpec spec) {
+    this.spec = spec;
+  }
+
+  private static final class InFlight {
+    final String topic;
+    final int partition;
+    final byte[] batch;
+    final int records;
+    final long deadline;
+    ObjectRef<Object> answer;
+
+    InFlight(String topic, int partition, byte[] batch, int records, long deadline) {
+      this.topic = topic;
+      this.partition = partition;
+      this.batch = batch;
+      this.records = records;
+      this.deadline = deadline;
+    }
+  }
+
+  @Override
+  public void write(InternalRow row) {
+    String topic = spec.topic;
+    if (topic == null) {
+      if (row.isNullAt(spec.topicColumn)) {
+        throw SinkSpec.invalid("a row to write has a null topic and no topic option was given");
+      }
+      topic = row.getUTF8String(spec.topicColumn).toString();
+    }
+    byte[] key = spec.key < 0 || row.isNullAt(spec.key) ? null
+        : spec.stringKey ? row.getUTF8String(spec.key).getBytes() : row.getBinary(spec.key);
+    byte[] value = row.isNullAt(spec.value) ? null
+        : spec.stringValue ? row.getUTF8String(spec.value).getBytes() : row.getBinary(spec.value);
+    int count = partitions(topic);
+    int partition;
+    if (spec.partition >= 0 && !row.isNullAt(spec.partition)) {
+      partition = row.getInt(spec.partition);
+      if (partition < 0 || partition >= count) {
+        throw new RaylogSparkException("InvalidPartitionError", "topic '" + topic + "' has partitions 0.."
+            + (count - 1) + ", not " + partition);
+      }
+    } else if (key != null) {
+      partition = (Murmur2.hash(key) & 0x7fffffff) % count;
+    } else {
+      partition = sticky.computeIfAbsent(topic, t -> ThreadLocalRandom.current().nextInt(count));
+    }
+    long timestamp;
+    if (spec.timestamp < 0) {
+      timestamp = System.currentTimeMillis();
+    } else if (row.isNullAt(spec.timestamp)) {
+      throw SinkSpec.invalid("the timestamp column has nulls: give every record a timestamp or drop the column");
+    } else {
+      timestamp = spec.timestampAsLong ? row.getLong(spec.timestamp) : Math.floorDiv(row.getLong(spec.timestamp), 1000L);
+    }
+    List<Object[]> headers = spec.headers < 0 || row.isNullAt(spec.headers) ? null : headers(row);
+    String tp = topic + "\u0000" + partition;
+    BatchEncoder batch = open.computeIfAbsent(tp, k -> new BatchEncoder());
+    batch.add(key, value, timestamp, headers);
+    if (batch.size() >= spec.batchSize) {
+      open.remove(tp);
+      send(topic, partition, batch);
+      sticky.remove(topic);
+    }
+  }
+
+  private List<Object[]> headers(InternalRow row) {
+    List<Object[]> out = new ArrayList<>();
+    if (spec.headersAsMap) {
+      MapData m = row.getMap(spec.headers);
+      ArrayData keys = m.keyArray();
+      ArrayData values = m.valueArray();
+      for (int i = 0; i < m.numElements(); i++) {
+        out.add(new Object[] {keys.getUTF8String(i).toString(), values.isNullAt(i) ? null : values.getBinary(i)});
+      }
+      return out;
+    }
+    ArrayData pairs = row.getArray(spec.headers);
+    for (int i = 0; i < pairs.numElements(); i++) {
+      if (pairs.isNullAt(i)) {
+        continue;
+      }
+      InternalRow pair = pairs.getStruct(i, 2);
+      if (pair.isNullAt(0)) {
+        throw SinkSpec.invalid("a header has a null key");
+      }
+      out.add(new Object[] {pair.getUTF8String(0).toString(), pair.isNullAt(1) ? null : pair.getBinary(1)});
+    }
+    return out;
+  }
+
+  private int partitions(String topic) {
+    Integer n = partitionCounts.get(topic);
+    if (n == null) {
+      n = RayCalls.planner(spec.namespace, "partition_count", topic).get("partitions").asInt();
+      partitionCounts.put(topic, n);
+    }
+    return n;
+  }
+
+  private void send(String topic, int partition, BatchEncoder batch) {
+    InFlight f = new InFlight(topic, partition, batch.encode(spec.lz4), batch.count(),
+        System.currentTimeMillis() + spec.timeoutMs);
+    while (inFlight.size() >= MAX_IN_FLIGHT) {
+      complete(inFlight.poll());
+    }
+    dispatch(f);
+    inFlight.add(f);
+  }
+
+  private void dispatch(InFlight f) {
+    String tp = f.topic + "\u0000" + f.partition;
+    PyActorHandle leader = leaders.get(tp);
+    if (leader == null) {
+      String name = RayCalls.planner(spec.namespace, "leader", f.topic, f.partition).get("name").asText();
+      leader = name.isEmpty() ? null : RayCalls.actor(name, spec.namespace);
+      if (leader != null) {
+        leaders.put(tp, leader);
+      }
+    }
+    f.answer = leader == null ? null
+        : leader.task(PyActorMethod.of("produce_bytes", Object.class), f.batch, spec.acks, (int) Math.min(
+            spec.timeoutMs, 600_000)).remote();
+  }
+
+  /** Waits for a batch's answer, resending it while the error is retriable and time remains. */
+  private void complete(InFlight f) {
+    while (true) {
+      String why;
+      try {
+        if (f.answer == null) {
+          why = "the partition has no leader";
+        } else {
+          Object[] answer = (Object[]) f.answer.get(spec.timeoutMs + 60_000L);
+          RayCalls.ReplicaError error = RayCalls.error(answer[1]);
+          if (error == null) {
+            written += f.records;
+            return;
+          }
+          if (!error.retriable) {
+            throw error.raise();
+          }
+          why = error.message;
+        }
+      } catch (RaylogSparkException e) {
+        throw e;
+      } catch (RuntimeException e) {
+        why = String.valueOf(e.getMessage());
+      }
+      leaders.remove(f.topic + "\u0000" + f.partition);
+      if (System.currentTimeMillis() > f.deadline) {
+        throw new RaylogSparkException("KafkaTimeoutError", f.topic + "-" + f.partition + ": a batch of " + f.records
+            + " records was not acknowledged within delivery_timeout_ms " + spec.timeoutMs + " (" + why + ")");
+      }
+      try {
+        Thread.sleep(BACKOFF_MS);
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        throw new RaylogSparkException("KafkaTimeoutError", "interrupted while sending to " + f.topic);
+      }
+      dispatch(f);
+    }
+  }
+
+  /** Sends what is gathered and waits for every answer; the number of records written. */
+  long flush() {
+    for (Map.Entry<String, BatchEncoder> e : open.entrySet()) {
+      String[] tp = e.getKey().split("\u0000");
+      send(tp[0], Integer.parseInt(tp[1]), e.getValue());
+    }
+    open.clear();
+    while (!inFlight.isEmpty()) {
+      complete(inFlight.poll());
+    }
+    return written;
+  }
+
+  @Override
+  public WriterCommitMessage commit() {
+    long n = flush();
+    return new Written(n);
+  }
+
+  @Override
+  public void abort() {
+    open.clear();
+    inFlight.clear();
+  }
+
+  @Override
+  public void close() {}
+
+  /** A task's count of records written. */
+  static final class Written implements WriterCommitMessage {
+    final long records;
+
+    Written(long records) {
+      this.records = records;
+    }
+  }
+}

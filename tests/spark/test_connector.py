@@ -1,0 +1,545 @@
+"""The Spark connector used as plain Spark: ``format("raylog")`` in batch reads and writes, SQL,
+and Structured Streaming, with the options, columns and semantics of Spark's Kafka source and sink.
+
+Nothing here goes through spark_bridge's Python shortcuts (read, write, stream): every query is
+what a Kafka job would write with "kafka" replaced by "raylog". Spark starts once for the module
+(about 15 s): a RayDP app master and one executor on the same Ray as raylog's replicas.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import time
+import uuid
+from collections import Counter
+from datetime import datetime
+
+import pytest
+import ray
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import functions as F
+
+import raylog
+import spark_bridge
+from raylog.records import TopicPartition
+from tests.integration.conftest import wait_for
+from tests.support.topics import consume_all, end_offsets, fresh_topic
+
+pytestmark = [pytest.mark.spark, pytest.mark.ray, pytest.mark.slow]
+
+NOW = int(time.time() * 1000)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = raylog.connect(data_root=str(tmp_path_factory.mktemp("connector")), num_cpus=2,
+                       object_store_memory=400 * 1024 * 1024, cluster_config={"offsets_topic_num_partitions": 1})
+    yield c
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def spark(cluster):
+    session = spark_bridge.session(app_name="raylog-connector-tests")
+    try:
+        yield session
+    finally:
+        session.stop(timeout_s=60)
+
+
+@pytest.fixture(autouse=True)
+def no_query_outlives_its_test(spark):
+    """A failed streaming test must not leave its query running into the next test."""
+    yield
+    for query in spark.streams.active:
+        try:
+            query.stop()
+        except Exception:  # noqa: BLE001 - a failed query may refuse to stop cleanly; it is gone anyway
+            pass
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def rows(df) -> list[tuple]:
+    """(partition, offset, key, value, timestamp us, timestampType, headers) of every row, sorted.
+    A record without headers counts as an empty list (Spark's Kafka source gives null)."""
+    cols = ["partition", "offset", "key", "value", "unix_micros(timestamp) AS ts", "timestampType"]
+    has_headers = "headers" in df.columns
+    out = []
+    for r in df.selectExpr(*cols, *(["headers"] if has_headers else [])).collect():
+        headers = [(h["key"], _bytes(h["value"])) for h in (r["headers"] or [])] if has_headers else None
+        out.append((r["partition"], r["offset"], _bytes(r["key"]), _bytes(r["value"]), r["ts"], r["timestampType"],
+                    headers))
+    return sorted(out, key=lambda t: (t[0], t[1]))
+
+
+def _bytes(b):
+    return None if b is None else bytes(b)
+
+
+def as_rows(records, with_headers: bool = True) -> list[tuple]:
+    """ConsumerRecords in the shape of rows()."""
+    return sorted(((r.partition, r.offset, r.key, r.value, r.timestamp * 1000, r.timestamp_type,
+                    [tuple(h) for h in (r.headers or [])] if with_headers else None) for r in records),
+                  key=lambda t: (t[0], t[1]))
+
+
+def read_everything(cluster, topic: str, expected: int) -> list:
+    consumer = cluster.consumer(topic, auto_offset_reset="earliest")
+    try:
+        records = consume_all(consumer, expected)
+    finally:
+        consumer.close()
+    assert len(records) == expected
+    return records
+
+
+def total(cluster, topic: str) -> int:
+    return sum(end_offsets(cluster, topic).values())
+
+
+def produce_numbered(cluster, topic: str, counts: list[int], first: int = 0, step_ms: int = 10) -> None:
+    """``counts[p]`` records into partition p, numbered from ``first``: record i of partition p has
+    key b"p:i", value b"v:p:i" and timestamp NOW + i * step_ms."""
+    producer = cluster.producer()
+    try:
+        futures = []
+        for p, n in enumerate(counts):
+            if n:
+                numbers = range(first, first + n)
+                futures.append(producer.send_batch(topic, [b"v:%d:%d" % (p, i) for i in numbers],
+                                                   keys=[b"%d:%d" % (p, i) for i in numbers], partition=p,
+                                                   timestamps_ms=[NOW + i * step_ms for i in numbers]))
+        for future in futures:
+            future.wait(timeout=60)
+    finally:
+        producer.close()
+
+
+def load(spark, topic: str, **options):
+    """``spark.read.format("raylog").option("subscribe", topic)`` with ``options`` (Spark's names)."""
+    reader = spark.read.format("raylog").option("subscribe", topic).option("startingOffsets", "earliest")
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    return reader.load()
+
+
+def load_stream(spark, topic: str, **options):
+    """``spark.readStream.format("raylog").option("subscribe", topic)`` with ``options``."""
+    reader = spark.readStream.format("raylog").option("subscribe", topic)
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    return reader.load()
+
+
+def offsets_of(df) -> list[tuple[int, int]]:
+    """(partition, offset) of every row, sorted, duplicates kept."""
+    return sorted((r["partition"], r["offset"]) for r in df.select("partition", "offset").collect())
+
+
+def data_batches(query) -> list[dict]:
+    """The progress of every batch of ``query`` that read records, in order."""
+    return [p for p in query.recentProgress if p.get("numInputRows", 0) > 0]
+
+
+def started_at(progress: dict) -> float:
+    """A batch's trigger time (its progress timestamp) in seconds since the epoch."""
+    return datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00")).timestamp()
+
+
+def memory_sink_name() -> str:
+    return f"sink_{uuid.uuid4().hex[:8]}"
+
+
+@contextlib.contextmanager
+def driver_log(spark, logger_name: str = "io.raylog.spark"):
+    """Lines "<logger>|<level>|<message>" logged at WARN or above by the driver's JVM under
+    ``logger_name`` while inside (a log4j2 appender added to that logger, removed on exit).
+
+    pytest's capfd cannot see them: the driver's JVM was started by the module's fixture and
+    writes to the stderr it inherited then, not to the descriptor capfd swaps in for a test."""
+    jvm = spark.sparkContext._jvm
+    log4j = jvm.org.apache.logging.log4j
+    writer = jvm.java.io.StringWriter()
+    layout = log4j.core.layout.PatternLayout.newBuilder().withPattern("%c|%p|%m%n").build()
+    appender = log4j.core.appender.WriterAppender.createAppender(layout, None, writer,
+                                                                 f"raylog-test-{uuid.uuid4().hex[:8]}", False, True)
+    appender.start()
+    context = log4j.core.LoggerContext.getContext(False)
+    if not context.getLogger(logger_name).isWarnEnabled():
+        log4j.core.config.Configurator.setLevel(logger_name, "WARN")
+    logger = context.getLogger(logger_name)
+    logger.addAppender(appender)
+    lines: list[str] = []
+    try:
+        yield lines
+    finally:
+        logger.removeAppender(appender)
+        appender.stop()
+        lines.extend(str(writer.toString()).splitlines())
+
+
+# --- batch reads --------------------------------------------------------------------------------
+
+
+def test_format_raylog_reads_what_was_produced_with_the_kafka_schema(cluster, spark, seed):
+    """Every record as a raylog consumer sees it (partition, offset, key, value, timestamp,
+    timestampType, headers), in the Kafka source's schema, through spark.read.format("raylog")."""
+    rng = random.Random(seed)
+    n = 900
+    topic = fresh_topic(cluster, 3)
+    values = [rng.randbytes(rng.randint(0, 80)) for _ in range(n)]
+    keys = [None if i % 10 == 0 else b"key-%d" % rng.randrange(200) for i in range(n)]
+    headers = [[("trace", b"%d" % i), ("src", b""), ("trace", b"again")] if i % 3 == 0 else None for i in range(n)]
+    stamps = [NOW - rng.randrange(3_600_000) for _ in range(n)]
+    producer = cluster.producer(linger_ms=5)
+    try:
+        producer.send_batch(topic, values, keys=keys, headers=headers, timestamps_ms=stamps).wait(timeout=60)
+    finally:
+        producer.close()
+    expected = as_rows(read_everything(cluster, topic, n))
+    assert {r[0] for r in expected} == {0, 1, 2}, "the keys spread the records over every partition"
+
+    df = load(spark, topic, includeHeaders="true")
+    assert df.schema.simpleString() == ("struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"
+                                        "timestamp:timestamp,timestampType:int,"
+                                        "headers:array<struct<key:string,value:binary>>>")
+    assert rows(df) == expected
+    assert {r["topic"] for r in df.select("topic").distinct().collect()} == {topic}
+    without = load(spark, topic)
+    assert "headers" not in without.columns
+    assert [r[:6] for r in rows(without)] == [r[:6] for r in expected]
+
+
+@pytest.fixture(scope="module")
+def uneven(cluster):
+    """3 partitions of 10, 20 and 30 records (record i of partition p: key "p:i", value "v:p:i")."""
+    topic = fresh_topic(cluster, 3)
+    produce_numbered(cluster, topic, [10, 20, 30])
+    return topic
+
+
+def test_column_pruning_and_partition_offset_filters_return_exactly_the_matching_rows(spark, uneven):
+    """Filters on partition and offset (which a connector may push into its ranges) and column
+    pruning give exactly the rows Spark's own evaluation would."""
+    df = load(spark, uneven)
+    sizes = {0: 10, 1: 20, 2: 30}
+
+    pruned = df.filter("partition = 1 AND offset >= 5 AND offset < 12").select("offset")
+    assert pruned.columns == ["offset"]
+    assert sorted(r["offset"] for r in pruned.collect()) == list(range(5, 12))
+
+    tail = df.filter("partition = 2 AND offset >= 25").selectExpr("offset", "CAST(value AS STRING) v").collect()
+    assert sorted((r["offset"], r["v"]) for r in tail) == [(o, f"v:2:{o}") for o in range(25, 30)]
+
+    assert offsets_of(df.filter("offset < 3")) == [(p, o) for p in range(3) for o in range(3)]
+    assert offsets_of(df.filter("offset > 15")) == [(p, o) for p in range(3) for o in range(16, sizes[p])]
+    assert df.filter("partition IN (0, 2)").count() == 40
+    assert df.filter("offset >= 100").count() == 0, "a filter past the end is no error, just no rows"
+    assert df.filter("partition = 7").count() == 0
+    assert [(r["partition"], r["offset"]) for r in df.filter("CAST(key AS STRING) = '1:7'").collect()] == [(1, 7)]
+
+    values = sorted(bytes(r["value"]) for r in df.select("value").collect())
+    assert values == sorted(b"v:%d:%d" % (p, i) for p in range(3) for i in range(sizes[p]))
+    assert df.count() == 60
+    assert {r["partition"]: r["count"] for r in df.groupBy("partition").count().collect()} == sizes
+
+
+def test_kafka_options_are_ignored_with_a_warning(cluster, spark, uneven):
+    """A Kafka job's kafka.* client settings are accepted, change nothing, and each is named in a
+    warning of the connector's logger (the driver's JVM, log4j)."""
+    with driver_log(spark) as lines:
+        df = load(spark, uneven, **{"kafka.bootstrap.servers": "localhost:9092",
+                                    "kafka.security.protocol": "PLAINTEXT"})
+        assert df.count() == 60
+        assert offsets_of(df) == offsets_of(load(spark, uneven))
+    warnings = [line for line in lines if line.startswith("io.raylog.spark") and "|WARN|" in line
+                and "ignored" in line]
+    assert any("kafka.bootstrap.servers" in line for line in warnings), lines
+    assert any("kafka.security.protocol" in line for line in warnings), lines
+
+    copy = fresh_topic(cluster, 1)
+    with driver_log(spark) as lines:
+        (spark.createDataFrame([("a",), ("b",)], "value string").write.format("raylog").option("topic", copy)
+         .option("kafka.bootstrap.servers", "localhost:9092").save())
+    assert sorted(r.value for r in read_everything(cluster, copy, 2)) == [b"a", b"b"]
+    assert any("kafka.bootstrap.servers" in line and "ignored" in line for line in lines), lines
+
+
+def test_sql_temporary_view_using_raylog(cluster, spark):
+    """CREATE TEMPORARY VIEW ... USING raylog reads the topic in SQL, and (as with Spark's Kafka
+    source) resolves the latest offsets when each query runs, not when the view was made."""
+    topic = fresh_topic(cluster, 2)
+    produce_numbered(cluster, topic, [12, 8])
+    view = f"v_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE TEMPORARY VIEW {view} USING raylog OPTIONS (subscribe '{topic}', startingOffsets 'earliest')")
+    try:
+        assert spark.sql(f"SELECT count(*) AS n FROM {view}").collect()[0]["n"] == 20
+        got = spark.sql(f"SELECT offset, CAST(value AS STRING) AS v FROM {view} WHERE partition = 0 "
+                        "ORDER BY offset").collect()
+        assert [(r["offset"], r["v"]) for r in got] == [(i, f"v:0:{i}") for i in range(12)]
+        by_partition = spark.sql(f"SELECT partition, max(offset) AS last FROM {view} GROUP BY partition").collect()
+        assert {r["partition"]: r["last"] for r in by_partition} == {0: 11, 1: 7}
+
+        produce_numbered(cluster, topic, [0, 5], first=8)
+        assert spark.sql(f"SELECT count(*) AS n FROM {view}").collect()[0]["n"] == 25
+        got = spark.sql(f"SELECT CAST(value AS STRING) AS v FROM {view} WHERE partition = 1 AND offset >= 8").collect()
+        assert sorted(r["v"] for r in got) == sorted(f"v:1:{i}" for i in range(8, 13))
+    finally:
+        spark.catalog.dropTempView(view)
+
+
+# --- batch writes -------------------------------------------------------------------------------
+
+
+def test_df_write_format_raylog_then_read_back(cluster, spark):
+    """df.write.format("raylog") in Spark's default save mode: keyed rows go where raylog's
+    producer puts the same keys, a partition column pins rows, and a DataFrame without a value
+    column fails before anything is written."""
+    keyed, same_keys = fresh_topic(cluster, 3), fresh_topic(cluster, 3)
+    data = [(f"k{i % 17}", f"v{i}") for i in range(60)]
+    spark.createDataFrame(data, "key string, value string").write.format("raylog").option("topic", keyed).save()
+    got = read_everything(cluster, keyed, 60)
+    assert sorted((r.key, r.value) for r in got) == sorted((k.encode(), v.encode()) for k, v in data)
+    producer = cluster.producer()
+    try:
+        placed = producer.send_batch(same_keys, [b"x"] * 17, keys=[b"k%d" % i for i in range(17)]).partitions(60)
+    finally:
+        producer.close()
+    assert {(r.key, r.partition) for r in got} == {(b"k%d" % i, int(p)) for i, p in enumerate(placed)}
+
+    pinned = fresh_topic(cluster, 3)
+    df = spark.createDataFrame([(f"p{i}", i % 3) for i in range(30)], "value string, partition int")
+    df.write.format("raylog").option("topic", pinned).save()
+    got = read_everything(cluster, pinned, 30)
+    assert sorted(r.value for r in got) == sorted(b"p%d" % i for i in range(30))
+    assert all(int(r.value[1:]) % 3 == r.partition for r in got)
+    assert dict(Counter(r.partition for r in got)) == {0: 10, 1: 10, 2: 10}
+
+    untouched = fresh_topic(cluster, 2)
+    no_value = spark.createDataFrame([("k1", "x"), ("k2", "y")], "key string, other string")
+    with pytest.raises(Exception, match="value"):
+        no_value.write.format("raylog").option("topic", untouched).save()
+    assert total(cluster, untouched) == 0
+
+
+# --- streaming ----------------------------------------------------------------------------------
+
+
+def test_read_stream_with_a_checkpoint_into_parquet_is_exactly_once_across_a_restart(cluster, spark, tmp_path):
+    """A stream into parquet, stopped after some batches and restarted on the same checkpoint
+    (with startingOffsets "latest", which a checkpoint overrides, as in Spark's Kafka source),
+    holds every record exactly once; the checkpoint keeps Kafka's offset JSON."""
+    topic = fresh_topic(cluster, 3)
+    produce_numbered(cluster, topic, [100, 100, 100])
+    out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
+
+    def start(starting: str):
+        return (load_stream(spark, topic, startingOffsets=starting, maxOffsetsPerTrigger=60)
+                .selectExpr("partition", "offset", "CAST(value AS STRING) v")
+                .writeStream.format("parquet").option("path", out).option("checkpointLocation", checkpoint)
+                .start())
+
+    first = start("earliest")
+    try:
+        wait_for(lambda: len(data_batches(first)) >= 2 or not first.isActive, timeout_s=120)
+    finally:
+        first.stop()
+    assert first.exception() is None
+    first_batches = data_batches(first)
+    assert len(first_batches) >= 2 and all(b["numInputRows"] <= 60 for b in first_batches)
+    before_restart = spark.read.parquet(out).count()
+    assert 0 < before_restart <= 300
+
+    produce_numbered(cluster, topic, [50, 50, 50], first=100)
+    second = start("latest")
+    try:
+        second.processAllAvailable()
+    finally:
+        second.stop()
+    assert second.exception() is None
+    resumed = data_batches(second)
+    assert resumed and resumed[0]["batchId"] > first_batches[-1]["batchId"], "the restart continued the batch ids"
+
+    got = spark.read.parquet(out).collect()
+    seen = Counter((r["partition"], r["offset"]) for r in got)
+    assert [k for k, n in seen.items() if n > 1] == [], "no record twice"
+    assert set(seen) == {(p, o) for p in range(3) for o in range(150)}, "no record missing"
+    assert all(r["v"] == f"v:{r['partition']}:{r['offset']}" for r in got)
+
+    logged = sorted(int(f.name) for f in (tmp_path / "checkpoint" / "offsets").iterdir() if f.name.isdigit())
+    last = (tmp_path / "checkpoint" / "offsets" / str(logged[-1])).read_text().splitlines()
+    assert json.loads(last[-1]) == {topic: {"0": 150, "1": 150, "2": 150}}
+
+
+def test_a_windowed_aggregation_with_a_watermark_across_batches(cluster, spark):
+    """Event-time windows on the records' timestamps: each window is emitted once, with its full
+    count, after the watermark (max event time - 10 s) passes its end; records late for a closed
+    window are dropped; a record far in the future closes the rest."""
+    topic = fresh_topic(cluster, 1)  # one partition: the batches see the records in production order
+    t0 = (NOW // 10_000) * 10_000  # windows are aligned to the epoch
+
+    def produce(seconds: list[float]) -> None:
+        producer = cluster.producer()
+        try:
+            producer.send_batch(topic, [b"at %.1f" % s for s in seconds], partition=0,
+                                timestamps_ms=[t0 + int(s * 1000) for s in seconds]).wait(timeout=60)
+        finally:
+            producer.close()
+
+    def emitted() -> dict[int, int]:
+        got = spark.sql(f"SELECT window_start, n FROM {name}").collect()
+        starts = [r["window_start"] for r in got]
+        assert len(starts) == len(set(starts)), f"a window emitted twice: {got}"
+        return {(r["window_start"] - t0) // 10_000: r["n"] for r in got}
+
+    def window_counts_become(expected: dict[int, int]) -> None:
+        query.processAllAvailable()
+        wait_for(lambda: emitted() == expected, timeout_s=60, describe=emitted)
+        assert query.isActive, query.exception()
+
+    name = memory_sink_name()
+    # Round 1: windows 0, 1 and 2; the watermark ends at 22 - 10 = 12 s, which closes window 0.
+    produce([1, 2, 3, 4, 5, 11, 12, 13, 14, 21, 22])
+    windows = (load_stream(spark, topic, startingOffsets="earliest", maxOffsetsPerTrigger=4)
+               .withWatermark("timestamp", "10 seconds")
+               .groupBy(F.window("timestamp", "10 seconds")).count()
+               .selectExpr("unix_millis(window.start) AS window_start", "count AS n"))
+    # A stateful query keeps spark.sql.shuffle.partitions state partitions (200 by default: 200 tasks
+    # a batch on one executor core); it is read when the first batch runs, so it is restored after.
+    shuffle_partitions = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "2")
+    query = windows.writeStream.outputMode("append").format("memory").queryName(name).start()
+    try:
+        window_counts_become({0: 5})
+        assert len(data_batches(query)) >= 3, "11 records at 4 per batch"
+        # Round 2: windows 1 and 2 still open take more; a record of closed window 0 is dropped;
+        # window 3 opens; the watermark ends at 34 - 10 = 24 s, which closes window 1.
+        produce([15, 16, 17, 25, 26, 27, 3, 31, 32, 33, 34])
+        window_counts_become({0: 5, 1: 7})
+        # A record far in the future: the watermark passes every earlier window.
+        produce([1000])
+        window_counts_become({0: 5, 1: 7, 2: 5, 3: 4})
+        time.sleep(1)
+        assert emitted() == {0: 5, 1: 7, 2: 5, 3: 4}, "the future record's own window stays open"
+    finally:
+        query.stop()
+        spark.conf.set("spark.sql.shuffle.partitions", shuffle_partitions)
+    assert query.exception() is None
+
+
+def test_available_now_reads_everything_then_stops(cluster, spark):
+    """trigger(availableNow=True) reads, in several batches of at most maxOffsetsPerTrigger, the
+    records present when the query started, then ends by itself; later records are left for later."""
+    topic = fresh_topic(cluster, 3)
+    produce_numbered(cluster, topic, [100, 100, 100])
+    name = memory_sink_name()
+    query = (load_stream(spark, topic, startingOffsets="earliest", maxOffsetsPerTrigger=40)
+             .select("partition", "offset").writeStream.format("memory").queryName(name)
+             .trigger(availableNow=True).start())
+    try:
+        wait_for(lambda: query.recentProgress or not query.isActive, timeout_s=120)
+        produce_numbered(cluster, topic, [20, 20, 20], first=100)  # after the query fixed its end
+        assert query.awaitTermination(180), "the query ended by itself"
+    finally:
+        query.stop()
+    assert query.exception() is None
+    assert offsets_of(spark.table(name)) == [(p, o) for p in range(3) for o in range(100)]
+    batches = data_batches(query)
+    assert len(batches) > 1
+    assert all(b["numInputRows"] <= 40 for b in batches)
+    assert sum(b["numInputRows"] for b in batches) == 300
+    assert total(cluster, topic) == 360
+
+
+def test_write_stream_to_a_topic(cluster, spark, tmp_path):
+    """readStream from one topic, writeStream.format("raylog") into another: every record of the
+    source arrives (at least once, as with Spark's Kafka sink)."""
+    source, copy = fresh_topic(cluster, 3), fresh_topic(cluster, 2)
+    produce_numbered(cluster, source, [100, 80, 120])
+    query = (load_stream(spark, source, startingOffsets="earliest", maxOffsetsPerTrigger=100)
+             .selectExpr("key", "value")
+             .writeStream.format("raylog").option("topic", copy)
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert query.exception() is None
+    assert len(data_batches(query)) >= 3
+    n = total(cluster, copy)
+    assert n >= 300
+    got = read_everything(cluster, copy, n)
+    expected = {(b"%d:%d" % (p, i), b"v:%d:%d" % (p, i)) for p, count in enumerate([100, 80, 120])
+                for i in range(count)}
+    assert {(r.key, r.value) for r in got} == expected
+    assert len({r.partition for r in got}) == 2, "keyed records spread over the copy's partitions"
+
+
+def test_min_offsets_per_trigger_waits_for_enough_records_or_max_trigger_delay(cluster, spark):
+    """With minOffsetsPerTrigger 100 and maxTriggerDelay 3s, 30 new records wait for a batch until
+    3 s have passed since the last one, then are read; 150 records are read at once."""
+    topic = fresh_topic(cluster, 1)
+    name = memory_sink_name()
+
+    def add(n: int, first: int) -> None:
+        produce_numbered(cluster, topic, [n], first=first)
+
+    def processed() -> int:  # from the query's progress: no Spark job competing with the stream's
+        return sum(b["numInputRows"] for b in data_batches(query))
+
+    add(10, 0)
+    query = (load_stream(spark, topic, startingOffsets="earliest", minOffsetsPerTrigger=100, maxTriggerDelay="3s")
+             .select("partition", "offset").writeStream.format("memory").queryName(name).start())
+    try:
+        wait_for(lambda: processed() == 10, timeout_s=60)
+        add(30, 10)  # right after a batch: below the minimum, it waits for the delay
+        wait_for(lambda: processed() == 40, timeout_s=60)
+        add(30, 40)
+        wait_for(lambda: processed() == 70, timeout_s=60)
+        add(150, 70)  # above the minimum
+        wait_for(lambda: processed() == 220, timeout_s=60)
+        assert query.isActive, query.exception()
+    finally:
+        query.stop()
+    assert offsets_of(spark.table(name)) == [(0, o) for o in range(220)]
+    batches = data_batches(query)
+    assert [b["numInputRows"] for b in batches] == [10, 30, 30, 150]
+    for previous, small in ((batches[0], batches[1]), (batches[1], batches[2])):
+        waited = started_at(small) - started_at(previous)
+        # Without the minimum this batch would start as soon as its records were produced, within a
+        # second of the previous batch ending; with it, maxTriggerDelay after the previous batch.
+        assert waited >= 2.5, f"a batch of {small['numInputRows']} records began {waited:.2f}s after the last"
+
+
+def test_failOnDataLoss_in_a_stream(cluster, spark, tmp_path):
+    """A stream told to start at offset 0 of a partition whose first 40 records were deleted fails
+    naming the log start offset when failOnDataLoss is true, and reads from offset 40 when false."""
+    topic = fresh_topic(cluster, 1)
+    produce_numbered(cluster, topic, [100])
+    cluster.admin().delete_records({TopicPartition(topic, 0): 40})
+    start = json.dumps({topic: {"0": 0}})
+
+    strict = (load_stream(spark, topic, startingOffsets=start, failOnDataLoss="true")
+              .select("partition", "offset").writeStream.format("memory").queryName(memory_sink_name())
+              .option("checkpointLocation", str(tmp_path / "strict")).start())
+    try:
+        with pytest.raises(StreamingQueryException, match="below the log start offset"):
+            strict.awaitTermination(120)
+    finally:
+        strict.stop()
+    assert "below the log start offset" in str(strict.exception())
+
+    name = memory_sink_name()
+    lenient = (load_stream(spark, topic, startingOffsets=start, failOnDataLoss="false")
+               .select("partition", "offset").writeStream.format("memory").queryName(name)
+               .option("checkpointLocation", str(tmp_path / "lenient")).start())
+    try:
+        lenient.processAllAvailable()
+    finally:
+        lenient.stop()
+    assert lenient.exception() is None
+    assert offsets_of(spark.table(name)) == [(0, o) for o in range(40, 100)]

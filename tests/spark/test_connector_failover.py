@@ -1,0 +1,120 @@
+"""The Spark connector (format "raylog") reading while partition leaders change, on a simulated
+3-node Ray (ray.cluster_utils: a head and two workers on this machine) so a topic can have 2
+replicas. Spark's app master and executor are pinned to the head node; the replicas live on the
+workers. Every fixture shuts Spark, then Ray and the simulated nodes, down even when a test fails.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+import spark_bridge
+from raylog.records import TopicPartition
+from tests.integration.conftest import wait_for
+from tests.support.cluster import simulated_cluster
+from tests.support.topics import fresh_topic
+
+pytestmark = [pytest.mark.spark, pytest.mark.ray, pytest.mark.cluster, pytest.mark.slow]
+
+SPARK_HOST = "connector_spark_host"
+"""A resource only the head node has, so Spark's actors run there and not beside the replicas."""
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory):
+    root = tmp_path_factory.mktemp("connector-failover")
+    with simulated_cluster(str(root), workers=2, head_resources={SPARK_HOST: 4}, head_cpus=3, cluster_config={
+            "auto_leader_rebalance_enable": False, "offsets_topic_num_partitions": 1}) as sim:
+        yield sim
+
+
+@pytest.fixture(scope="module")
+def spark(sim):
+    session = spark_bridge.session(app_name="raylog-connector-failover", configs={
+        f"spark.ray.raydp_spark_executor.actor.resource.{SPARK_HOST}": "1",
+        f"spark.ray.raydp_spark_master.actor.resource.{SPARK_HOST}": "1"})
+    try:
+        yield session
+    finally:
+        session.stop(timeout_s=60)
+
+
+def read_all(spark, topic: str) -> list[tuple[int, int, bytes]]:
+    df = (spark.read.format("raylog").option("subscribe", topic).option("startingOffsets", "earliest")
+          .option("minPartitions", 8).load())
+    return [(r["partition"], r["offset"], bytes(r["value"]))
+            for r in df.select("partition", "offset", "value").collect()]
+
+
+def test_a_read_while_the_leader_changes_returns_every_record(sim, spark):
+    """Batch reads run back to back while every partition's leader is killed (its follower takes
+    over) and then moved back by a preferred election: each read returns every acknowledged record
+    exactly once, and none fails."""
+    cluster, admin = sim.cluster, sim.cluster.admin()
+    partitions, per_partition = 2, 1500
+    topic = fresh_topic(cluster, partitions, replication_factor=2)
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    wait_for(lambda: all(len(info["isr"]) == 2 for info in admin.describe_partitions(topic)), timeout_s=60)
+    producer = cluster.producer(acks="all")
+    try:
+        for p in range(partitions):
+            producer.send_batch(topic, [b"v:%d:%d" % (p, i) for i in range(per_partition)],
+                                partition=p).wait(timeout=60)
+    finally:
+        producer.close()
+    expected = sorted((p, i, b"v:%d:%d" % (p, i)) for p in range(partitions) for i in range(per_partition))
+    before = admin.describe_partitions(topic)
+    assert all(len(info["isr"]) == 2 and info["high_watermark"] == per_partition for info in before), before
+
+    reads: list[tuple[float, float, object]] = []  # (began, ended, rows or the exception)
+    stop = threading.Event()
+
+    def reader() -> None:
+        while not stop.is_set():
+            began = time.monotonic()
+            try:
+                got: object = read_all(spark, topic)
+            except Exception as exc:  # noqa: BLE001 - recorded, and the test fails on it
+                got = exc
+            reads.append((began, time.monotonic(), got))
+
+    thread = threading.Thread(target=reader, name="connector-reader", daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: reads, timeout_s=180)  # the first read warms Spark up
+        killed_at = time.monotonic()
+        for info in before:
+            os.kill(info["pid"], signal.SIGKILL)
+        wait_for(lambda: all(info["leader"] not in (-1, old["leader"])
+                             for info, old in zip(admin.describe_partitions(topic), before)),
+                 timeout_s=60, describe=lambda: admin.describe_partitions(topic))
+        failed_over_at = time.monotonic()
+        wait_for(lambda: all(len(info["isr"]) == 2 for info in admin.describe_partitions(topic)), timeout_s=90,
+                 describe=lambda: admin.describe_partitions(topic))
+        electing_at = time.monotonic()
+        assert sorted(admin.elect_leaders(tps)) == tps
+        elected_at = time.monotonic()
+        after = admin.describe_partitions(topic)
+        assert [info["leader"] for info in after] == [info["leader"] for info in before]
+        assert all(a["leader_epoch"] >= b["leader_epoch"] + 2 for a, b in zip(after, before)), (before, after)
+        wait_for(lambda: sum(1 for began, _, _ in reads if began > elected_at) >= 2, timeout_s=180)
+    finally:
+        stop.set()
+        thread.join(180)
+    assert not thread.is_alive()
+
+    errors = [got for _, _, got in reads if isinstance(got, BaseException)]
+    assert not errors, f"{len(errors)} of {len(reads)} reads failed: {errors[0]!r}"
+    for _, _, got in reads:
+        assert not [k for k, n in Counter((p, o) for p, o, _ in got).items() if n > 1], "a record read twice"
+        assert sorted(got) == expected
+    assert any(began < failed_over_at and ended > killed_at for began, ended, _ in reads), \
+        "a read ran while the leaders were killed and replaced"
+    assert any(began < elected_at and ended > electing_at for began, ended, _ in reads), \
+        "a read ran across the preferred election"
