@@ -797,6 +797,12 @@ class PartitionReplica:
         ``min_bytes``. Consumers (replica_id -1) read below the high watermark; a follower reads to
         the log end, and its fetch offset tells the leader its progress. Raises
         OffsetOutOfRangeError outside [log_start, log_end]."""
+        data, hw, log_start, log_end = await self._fetch(offset, max_bytes, max_wait_ms, min_bytes, replica_id,
+                                                         leader_epoch)
+        return np.frombuffer(data, dtype=np.uint8), hw, log_start, log_end
+
+    async def _fetch(self, offset: int, max_bytes: int, max_wait_ms: int, min_bytes: int, replica_id: int,
+                     leader_epoch: int) -> tuple:
         offset = args.integer("offset", offset, 0)
         max_bytes = args.integer("max_bytes", max_bytes, 1, args.INT32_MAX)
         max_wait_ms = args.integer("max_wait_ms", max_wait_ms, 0, args.MAX_WAIT_MS)
@@ -833,8 +839,7 @@ class PartitionReplica:
         if follower:
             self.replication_stats["follower_fetches_served"] += 1
             self.replication_stats["follower_bytes_served"] += len(data)
-        return (np.frombuffer(data, dtype=np.uint8), self.state.high_watermark, self.log.log_start_offset,
-                self.log.log_end_offset)
+        return data, self.state.high_watermark, self.log.log_start_offset, self.log.log_end_offset
 
     # --- cross-language calls (the Spark connector's JVM) -------------------------------------
     # Ray's Java API passes ints, strings, bytes and lists; an exception reaches Java as a
@@ -845,10 +850,10 @@ class PartitionReplica:
         """``fetch`` for a consumer in another language: [batch bytes, high watermark, log start,
         log end, error]."""
         try:
-            data, hw, log_start, log_end = await self.fetch(offset, max_bytes, max_wait_ms, 1)
+            data, hw, log_start, log_end = await self._fetch(offset, max_bytes, max_wait_ms, 1, -1, -1)
         except RaylogError as exc:
             return [b"", -1, -1, -1, _error_fields(exc)]
-        return [data.tobytes(), hw, log_start, log_end, []]
+        return [data, hw, log_start, log_end, []]
 
     async def produce_bytes(self, records: bytes, acks: int = -1, timeout_ms: int = ACKS_ALL_TIMEOUT_MS) -> list:
         """``produce`` of one batch for a producer in another language: [base offset, error]."""

@@ -11,7 +11,10 @@ Rows (records/s, median of --runs runs, and raylog / parquet):
 - read + sum of value lengths: every value read, the fair read-everything comparison;
 - read + group-by key: events counted per key, as make demo does.
 
-Spark runs one executor with --cores cores; raylog's replicas run on the same two cores.
+Spark runs one executor with --cores cores; raylog's replicas run on the same two cores. A
+first round runs every query once unrecorded (the JVM's JIT, the page cache), then --runs
+recorded rounds. With --profile, each raylog read also prints where its tasks' time went (the
+connector's scan metrics, summed over tasks: fetch wait, decode; the rest is Spark's).
 
     python -m bench.spark_bench [--records 5000000] [--partitions 4] [--runs 3] [--json FILE]
 """
@@ -41,6 +44,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--profile", action="store_true", help="print each raylog read's scan metrics")
     args = parser.parse_args()
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     import ray
@@ -54,8 +58,14 @@ def main() -> None:
     cluster = raylog.connect(data_root=os.path.join(root, "log"), num_cpus=2 + args.cores)
     results: dict[str, dict[str, list[float]]] = {}
 
+    profiles: dict[str, list[dict]] = {}
+
     def record(row: str, side: str, seconds: float) -> None:
-        results.setdefault(row, {}).setdefault(side, []).append(n / seconds)
+        if recording:
+            results.setdefault(row, {}).setdefault(side, []).append(n / seconds)
+        if side == "raylog" and row.startswith("read") and recording:
+            metrics = dict(spark._jvm.io.raylog.spark.ReadMetrics.lastExecution(spark._jsparkSession))
+            profiles.setdefault(row, []).append({"seconds": seconds, **{k: float(v) for k, v in metrics.items()}})
 
     try:
         with spark_bridge.session(app_name="raylog-bench", executor_cores=args.cores, executor_memory="2g",
@@ -64,7 +74,8 @@ def main() -> None:
             events = spark.range(0, n, numPartitions=args.partitions).selectExpr(
                 "cast(concat('user-', cast(id % 1000 as string)) as binary) AS key",
                 "cast(rpad(concat('event-', cast(id as string), ':'), 100, 'x') as binary) AS value")
-            for run in range(args.runs):
+            for run in range(args.runs + 1):
+                recording = run > 0
                 topic = f"bench-{uuid.uuid4().hex[:6]}"
                 cluster.admin().create_topic(topic, args.partitions)
                 path = os.path.join(root, f"parquet-{run}")
@@ -72,8 +83,9 @@ def main() -> None:
                 assert sum(end_offsets(cluster, topic).values()) == n
                 record("write", "raylog", seconds)
                 record("write", "parquet", timed(lambda: events.write.parquet(path))[0])
-                for side, frame in (("raylog", lambda: spark.read.format("raylog").option("subscribe", topic).load()),
-                                    ("parquet", lambda: spark.read.parquet(path))):
+                sides = [("raylog", lambda: spark.read.format("raylog").option("subscribe", topic).load()),
+                         ("parquet", lambda: spark.read.parquet(path))]
+                for side, frame in sides[::-1] if run % 2 else sides:  # who goes first alternates
                     seconds, count = timed(lambda: frame().count())
                     assert count == n, (side, count)
                     record("read + count", side, seconds)
@@ -84,7 +96,7 @@ def main() -> None:
                     record("read + group-by key", side, seconds)
                 cluster.admin().delete_topics([topic])
                 shutil.rmtree(path, ignore_errors=True)
-                print(f"run {run + 1}/{args.runs} done", flush=True)
+                print("warm-up round done" if not recording else f"run {run}/{args.runs} done", flush=True)
     finally:
         ray.shutdown()
         shutil.rmtree(root, ignore_errors=True)
@@ -97,9 +109,17 @@ def main() -> None:
         ours, theirs = statistics.median(sides["raylog"]), statistics.median(sides["parquet"])
         summary[row] = {"raylog": ours, "parquet": theirs, "ratio": ours / theirs}
         print(f"{row:28}{ours:>14,.0f}{theirs:>15,.0f}{ours / theirs:>15.2f}x")
+    if args.profile:
+        print("\nraylog reads, median over runs: wall s; summed over tasks: fetch wait, decode (ms); MB fetched")
+        for row, runs in profiles.items():
+            def med(key):
+                return statistics.median(r.get(key, 0.0) for r in runs)
+            print(f"{row:28}{med('seconds'):>8.2f} s{med('raylog: time waiting for fetches (ms)'):>9.0f} ms"
+                  f"{med('raylog: time decoding batches (ms)'):>9.0f} ms{med('raylog: bytes fetched') / 1e6:>8.1f} MB")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"records": n, "partitions": args.partitions, "runs": args.runs, "rows": summary}, f, indent=1)
+            json.dump({"records": n, "partitions": args.partitions, "runs": args.runs, "rows": summary,
+                       "profile": profiles}, f, indent=1)
 
 
 if __name__ == "__main__":

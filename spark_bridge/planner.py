@@ -6,7 +6,8 @@ option semantics (raylog.ranges) and the cluster's metadata live in Python. So o
 raylog namespace, started by ``spark_bridge.session()``, answers the driver's planning calls
 and the tasks' leader look-ups with raylog's own client. Calls and answers are JSON strings,
 the one shape every Ray language reads; a raylog error comes back as
-``{"error": [class name, message]}`` for the JVM to raise as a RaylogSparkException naming it.
+``{"error": [class name, message, retriable]}``: the JVM retries a retriable one and raises
+any other as a RaylogSparkException naming it.
 
 It is a threaded actor (its client is synchronous): a stream's trigger and a task's look-up
 are answered side by side.
@@ -45,7 +46,10 @@ def _answer(call: Callable[[], Any]) -> str:
     try:
         return json.dumps(call())
     except RaylogError as exc:
-        return json.dumps({"error": [type(exc).__name__, str(exc)]})
+        return json.dumps({"error": [type(exc).__name__, str(exc), exc.retriable]})
+    except Exception as exc:  # noqa: BLE001 - a bug here must reach the JVM as an error, not a hang
+        log.exception("Spark planner call failed")
+        return json.dumps({"error": ["ActorCallError", f"raylog's Spark planner failed: {exc!r}", False]})
 
 
 def _offsets_json(offsets: dict[TopicPartition, int]) -> dict[str, dict[str, int]]:
@@ -97,10 +101,11 @@ class SparkPlanner:
         return _answer(lambda: self._leader(topic, int(partition), refresh=True))
 
     def partition_count(self, topic: str) -> str:
-        """{"partitions": n} for a topic a writer sends to."""
+        """{"partitions": n, "max_message_bytes": m} of a topic a writer sends to."""
         def count():
-            self._cluster.metadata.invalidate(topic)
-            return {"partitions": self._cluster.metadata.partition_count(topic)}
+            md = self._cluster.metadata
+            md.invalidate(topic)
+            return {"partitions": md.partition_count(topic), "max_message_bytes": md.topic(topic).max_message_bytes}
         return _answer(count)
 
     def ping(self) -> int:
@@ -183,6 +188,9 @@ class SparkPlanner:
         partitions = sorted(end)
         earliest = self._admin.beginning_offsets(partitions) if partitions else {}
         starts = {tp: start.get(tp, earliest[tp]) for tp in partitions}
+        if not spec.fail_on_data_loss:
+            # Retention passed the whole batch: it reads nothing (plan warns what was skipped).
+            end = {tp: max(o, earliest[tp]) for tp, o in end.items()}
         fixed = dataclasses.replace(spec, starting=starts, ending=end, starting_timestamp=None,
                                     starting_by_timestamp=None, ending_timestamp=None, ending_by_timestamp=None,
                                     max_offsets_per_trigger=None)

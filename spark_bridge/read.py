@@ -54,7 +54,7 @@ def read(spark, topics: str | Iterable[str] | None = None, **options: Any):
     cluster = default_cluster()
     answer = json.loads(SparkPlanner(cluster.config.namespace).plan(json.dumps(options)))
     if "error" in answer:
-        raise named(*answer["error"])
+        raise named(*answer["error"][:2])
     for warning in answer["warnings"]:
         log.warning(warning)
     reader = spark_of(spark).read.format("raylog").option("raylog.ranges", json.dumps(answer))

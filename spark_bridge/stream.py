@@ -23,12 +23,14 @@ import logging
 import os
 import time
 from pathlib import Path
+from urllib.parse import urlparse
 from typing import Any, Callable, Iterable
 
 from raylog import ray_calls
 from raylog.cluster import default_cluster
 from raylog.errors import GroupIdNotFoundError, IllegalStateError, InvalidConfigError, RaylogError
 from raylog.records import OffsetAndMetadata, TopicPartition
+from raylog.ranges import EARLIEST, LATEST, parse_options
 from spark_bridge.launch import spark_of
 from spark_bridge.planner import canonical_options
 from spark_bridge.read import kafka_client_options
@@ -40,10 +42,22 @@ _NOT_FOR_STREAMS = ("assign", "subscribe", "subscribe_pattern", "ending_offsets"
 _TIMESTAMP_STARTS = ("starting_timestamp", "starting_offsets_by_timestamp")
 
 
-def batch_end_offsets(checkpoint: str, batch_id: int) -> dict[TopicPartition, int]:
+def batch_end_offsets(checkpoint: str, batch_id: int, spark=None) -> dict[TopicPartition, int]:
     """The end offsets Spark logged for ``batch_id`` before running it (its offset log: a version
-    line, the batch's metadata, then one line per source)."""
-    lines = (Path(checkpoint) / "offsets" / str(batch_id)).read_text().splitlines()
+    line, the batch's metadata, then one line per source). A checkpoint on a filesystem other
+    than the local one is read through Spark's Hadoop filesystem (``spark`` given)."""
+    parsed = urlparse(checkpoint)
+    if parsed.scheme in ("", "file"):
+        lines = (Path(parsed.path if parsed.scheme else checkpoint) / "offsets" / str(batch_id)).read_text().splitlines()
+    else:
+        jvm = spark._jvm
+        path = jvm.org.apache.hadoop.fs.Path(f"{checkpoint.rstrip('/')}/offsets/{batch_id}")
+        fs = path.getFileSystem(spark._jsparkSession.sessionState().newHadoopConf())
+        stream = fs.open(path)
+        try:
+            lines = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8").splitlines()
+        finally:
+            stream.close()
     offsets = json.loads(lines[2])
     return {TopicPartition(t, int(p)): int(o) for t, parts in offsets.items() for p, o in parts.items()}
 
@@ -96,12 +110,13 @@ def stream(spark, topic: str | Iterable[str], group_id: str, process: Callable[[
                 log.warning("stream of group %r: process(df, %d) raised %r; running the batch again (attempt %d of "
                             "%d)", group_id, batch_id, exc, attempt + 2, max_batch_retries + 1)
                 time.sleep(retry_backoff_s)
-        ends = batch_end_offsets(checkpoint_location, batch_id)
+        ends = batch_end_offsets(checkpoint_location, batch_id, session)
         meta = json.dumps({"batch_id": batch_id})
         _retrying(lambda: _commit(cluster, group_id, {tp: OffsetAndMetadata(o, meta) for tp, o in ends.items()}),
                   retry_backoff_s, group_id)
 
-    reader = spark_of(spark).readStream.format("raylog").option("subscribe", ",".join(topics))
+    session = spark_of(spark)
+    reader = session.readStream.format("raylog").option("subscribe", ",".join(topics))
     for name, value in options.items():
         reader = reader.option(name, value if isinstance(value, str) else json.dumps(value))
     return (reader.load().writeStream.foreachBatch(run_batch).option("checkpointLocation", checkpoint_location)
@@ -109,19 +124,21 @@ def stream(spark, topic: str | Iterable[str], group_id: str, process: Callable[[
 
 
 def _from_committed(options: dict, committed: dict[TopicPartition, int], topics: list[str], cluster) -> dict:
-    """``options`` starting where the group committed, and elsewhere where they said."""
+    """``options`` starting where the group committed, and elsewhere where they said (a partition
+    the JSON leaves out starts at the earliest offset, as in raylog.ranges)."""
     starting = options.get("starting_offsets", "latest")
-    default = {"earliest": -2, "latest": -1}.get(starting) if isinstance(starting, str) else None
-    given = json.loads(starting) if default is None and isinstance(starting, str) else starting
+    default = {"earliest": EARLIEST, "latest": LATEST}.get(starting) if isinstance(starting, str) else None
+    given = {} if default is not None else parse_options({"subscribe": topics, "starting_offsets": starting},
+                                                          batch=False).starting
     if any(k in options for k in _TIMESTAMP_STARTS):
         log.warning("stream: the group has committed offsets; partitions without one start at the latest offset "
                     "(starting timestamps apply to a group with none)")
-        default = -1
+        default = LATEST
     out: dict[str, dict[str, int]] = {}
     for name in topics:
         for p in range(cluster.metadata.partition_count(name)):
             tp = TopicPartition(name, p)
-            fallback = (given or {}).get(name, {}).get(str(p), -1) if default is None else default
+            fallback = given.get(tp, EARLIEST) if default is None else default
             out.setdefault(name, {})[str(p)] = committed.get(tp, fallback)
     rest = {k: v for k, v in options.items() if k not in _TIMESTAMP_STARTS + ("starting_offsets",)}
     return {**rest, "starting_offsets": json.dumps(out)}

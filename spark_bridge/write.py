@@ -12,10 +12,18 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import logging
+
 from raylog.config import ProducerConfig, config_from_mapping
 from raylog.errors import InvalidConfigError
 from spark_bridge.jvm_errors import raylog_errors
 from spark_bridge.read import kafka_client_options
+
+
+log = logging.getLogger(__name__)
+
+SINK_SETTINGS = ("acks", "compression_type", "batch_size", "delivery_timeout_ms")
+"""The producer settings the connector's sink honours; the others are a client's (threads, buffers)."""
 
 
 def write(df, topic: str | None = None, **options: Any) -> int:
@@ -32,7 +40,11 @@ def write(df, topic: str | None = None, **options: Any) -> int:
     if topic is not None:
         writer = writer.option("topic", topic)
     for name, value in configs.items():
-        writer = writer.option(name, str(value))
+        if name not in SINK_SETTINGS:
+            log.warning("producer setting %s does not apply to a Spark write (the sink is an idempotent producer per "
+                        "task with %s) and is ignored", name, ", ".join(SINK_SETTINGS))
+            continue
+        writer = writer.option(name, "none" if value is None else str(value))
     with raylog_errors():
         writer.save()
     return int(df.sparkSession._jvm.io.raylog.spark.RaylogProvider.written(write_id))

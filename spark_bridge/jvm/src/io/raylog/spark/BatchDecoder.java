@@ -200,17 +200,16 @@ final class BatchDecoder {
       return c;
     }
     VarBinaryVector vector = new VarBinaryVector(name, allocator);
+    out.owned.add(vector::close);
     vector.loadFieldBuffers(new ArrowFieldNode(count, nulls), java.util.Arrays.asList(bufs));
     vector.setValueCount(count);
     if (first != 0 || n != count) {
       TransferPair pair = vector.getTransferPair(allocator);
+      out.owned.add(() -> pair.getTo().close());
       pair.splitAndTransfer(first, n);
-      vector.close();
       vector = (VarBinaryVector) pair.getTo();
     }
-    ArrowColumnVector c = new ArrowColumnVector(vector);
-    out.owned.add(c::close);
-    return c;
+    return new ArrowColumnVector(vector);
   }
 
   private ColumnVector headers(List<List<Object[]>> headers, int first, int n, Decoded out) {
@@ -354,8 +353,8 @@ final class BatchDecoder {
       bufs[i] = raw.slice(at, sizes[i]);
       at += sizes[i] + pad(sizes[i]);
     }
-    checkBinary("key", p.keyNulls, count, sizes[1], sizes[2], bufs[1]);
-    checkBinary("value", p.valueNulls, count, sizes[4], sizes[5], bufs[4]);
+    checkBinary("key", p.keyNulls, count, sizes[0], sizes[1], sizes[2], bufs[1]);
+    checkBinary("value", p.valueNulls, count, sizes[3], sizes[4], sizes[5], bufs[4]);
     if (sizes[6] != 8L * count) {
       throw corrupt("payload timestamp deltas hold " + sizes[6] + " bytes for " + count + " records");
     }
@@ -369,18 +368,36 @@ final class BatchDecoder {
     return p;
   }
 
-  private void checkBinary(String name, int nulls, int count, long offsetBytes, long dataBytes, ArrowBuf offsets) {
+  /** What payload.py's decoder checks: a CRC only proves the bytes are the producer's, and Arrow
+   *  would read out of bounds (or throw its own errors) on offsets that are not a run. */
+  private void checkBinary(String name, int nulls, int count, long validityBytes, long offsetBytes, long dataBytes,
+      ArrowBuf offsets) {
     if (nulls < 0 || nulls > count) {
       throw corrupt("payload " + name + " null count " + nulls + " is not within 0.." + count);
     }
     if (nulls == count) {
+      if (validityBytes != 0 || offsetBytes != 0 || dataBytes != 0) {
+        throw corrupt("payload " + name + " column is all null but carries buffers");
+      }
       return;
+    }
+    if (validityBytes != (nulls == 0 ? 0 : (count + 7) / 8)) {
+      throw corrupt("payload " + name + " validity bitmap holds " + validityBytes + " bytes for " + count
+          + " records and " + nulls + " nulls");
     }
     if (offsetBytes != 4L * (count + 1)) {
       throw corrupt("payload " + name + " offsets hold " + offsetBytes + " bytes, not " + 4L * (count + 1));
     }
-    if (offsets.getInt(0) != 0 || offsets.getInt(4L * count) != dataBytes) {
+    int previous = offsets.getInt(0);
+    if (previous != 0 || offsets.getInt(4L * count) != dataBytes) {
       throw corrupt("payload " + name + " offsets do not run from 0 to " + dataBytes);
+    }
+    for (int i = 1; i <= count; i++) {
+      int at = offsets.getInt(4L * i);
+      if (at < previous) {
+        throw corrupt("payload " + name + " offsets decrease at record " + i);
+      }
+      previous = at;
     }
   }
 
@@ -532,14 +549,18 @@ final class BatchDecoder {
 
     @Override
     public void close() {
+      RuntimeException first = null;
       for (int i = owned.size() - 1; i >= 0; i--) {
         try {
           owned.get(i).close();
         } catch (Exception e) {
-          throw new IllegalStateException(e);
+          first = first != null ? first : new IllegalStateException(e);
         }
       }
       owned.clear();
+      if (first != null) {
+        throw first;
+      }
     }
   }
 }

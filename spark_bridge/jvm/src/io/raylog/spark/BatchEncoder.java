@@ -15,9 +15,8 @@ import org.msgpack.core.MessagePack;
 /**
  * Records gathered for one partition and laid out as one raylog record batch (the bytes
  * raylog/storage/batch.py builds: Kafka's v2 header, the Arrow-layout payload of payload.py,
- * lz4 block with a 4-byte size prefix, CRC32C from attributes on). Not idempotent (producer id
- * -1): a batch resent after a lost answer may be appended twice, as Spark's Kafka sink is
- * at-least-once.
+ * lz4 block with a 4-byte size prefix, CRC32C from attributes on), stamped with its sender's
+ * producer id and sequence so the leader appends a resent batch once.
  */
 final class BatchEncoder {
   private static final LZ4Compressor LZ4 = LZ4Factory.fastestInstance().fastCompressor();
@@ -57,8 +56,8 @@ final class BatchEncoder {
     count++;
   }
 
-  /** The batch bytes of every record added. */
-  byte[] encode(boolean lz4) {
+  /** The batch bytes of every record added, as {@code producerId}'s batch from {@code baseSequence}. */
+  byte[] encode(boolean lz4, long producerId, int baseSequence) {
     long base = Long.MAX_VALUE;
     long max = Long.MIN_VALUE;
     for (int i = 0; i < count; i++) {
@@ -118,9 +117,9 @@ final class BatchEncoder {
     b.putInt(count - 1);                                        // last_offset_delta
     b.putLong(base);
     b.putLong(max);
-    b.putLong(-1L);                                             // producer_id: not idempotent
-    b.putShort((short) -1);
-    b.putInt(-1);
+    b.putLong(producerId);
+    b.putShort((short) 0);                                      // producer_epoch
+    b.putInt(baseSequence);
     b.putInt(count);
     System.arraycopy(payload, 0, out, BatchDecoder.HEADER_SIZE, payloadLength);
     CRC32C crc = new CRC32C();

@@ -29,6 +29,9 @@ import org.slf4j.LoggerFactory;
 final class RangeReaders implements PartitionReaderFactory {
   private static final Logger LOG = LoggerFactory.getLogger(RangeReaders.class);
   static final int FETCH_BYTES = 8 * 1024 * 1024;
+  /** A task's first fetch is small: nothing can overlap its wait, while every later fetch is sent
+   *  as soon as the one before it arrives and overlaps Spark's work on that one. */
+  static final int FIRST_FETCH_BYTES = 1024 * 1024;
   static final int FETCH_WAIT_MS = 500;
   static final long STALL_TIMEOUT_MS = 120_000;
   static final long BACKOFF_MS = 200;
@@ -53,6 +56,9 @@ final class RangeReaders implements PartitionReaderFactory {
 
   @Override
   public PartitionReader<InternalRow> createReader(InputPartition partition) {
+    if (!countOnly) {
+      throw new IllegalStateException("raylog reads are columnar; rows only answer COUNT(*)");
+    }
     return new CountReader((RangePartition) partition, new Leader(namespace, (RangePartition) partition),
         failOnDataLoss);
   }
@@ -68,6 +74,7 @@ final class RangeReaders implements PartitionReaderFactory {
     final String namespace;
     final RangePartition range;
     private transient PyActorHandle handle;
+    private transient String name;
     private long stalledSince = -1;
 
     Leader(String namespace, RangePartition range) {
@@ -77,15 +84,31 @@ final class RangeReaders implements PartitionReaderFactory {
 
     PyActorHandle get() {
       if (handle == null) {
-        String name = RayCalls.planner(namespace, "leader", range.topic, range.partition).get("name").asText();
+        name = RayCalls.planner(namespace, "leader", range.topic, range.partition).get("name").asText();
         handle = name.isEmpty() ? null : RayCalls.actor(name, namespace);
       }
       return handle;
     }
 
-    /** After a retriable failure: forget the handle, wait, and fail once stalled too long. */
+    /** After a retriable failure: forget the handle (a replica Ray restarts under the same name
+     *  needs a new one), wait, and fail once stalled too long. */
     void failed(String why, long read) {
       handle = null;
+      if (name != null && !name.isEmpty()) {
+        RayCalls.forget(name, namespace);
+      }
+      waited(why, read);
+      try {
+        Thread.sleep(BACKOFF_MS);
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        throw new RaylogSparkException("KafkaTimeoutError", "interrupted while reading " + range.describe());
+      }
+    }
+
+    /** A call that brought nothing new (a leader whose high watermark is behind the range's end):
+     *  fails once nothing has come for STALL_TIMEOUT_MS. */
+    void waited(String why, long read) {
       long now = System.currentTimeMillis();
       if (stalledSince < 0) {
         stalledSince = now;
@@ -93,12 +116,6 @@ final class RangeReaders implements PartitionReaderFactory {
         throw new RaylogSparkException("KafkaTimeoutError", range.topic + "-" + range.partition + ": read " + read
             + " of the range [" + range.from + ", " + range.until + ") and no more for " + STALL_TIMEOUT_MS / 1000
             + "s (" + why + "); not returning part of it");
-      }
-      try {
-        Thread.sleep(BACKOFF_MS);
-      } catch (InterruptedException e) {
-        Thread.currentThread().interrupt();
-        throw new RaylogSparkException("KafkaTimeoutError", "interrupted while reading " + range.describe());
       }
     }
 
@@ -151,7 +168,11 @@ final class RangeReaders implements PartitionReaderFactory {
       while (true) {
         while (headers != null && nextHeader < headers.size()) {
           BatchDecoder.Header h = headers.get(nextHeader++);
-          if (h.nextOffset <= offset || h.baseOffset >= range.until) {
+          if (h.baseOffset >= range.until) {
+            offset = range.until;  // compaction left nothing more in the range
+            break;
+          }
+          if (h.nextOffset <= offset) {
             continue;
           }
           long began = System.nanoTime();
@@ -188,7 +209,8 @@ final class RangeReaders implements PartitionReaderFactory {
       if (actor == null) {
         return null;
       }
-      return actor.task(PyActorMethod.of("fetch_bytes", Object.class), at, FETCH_BYTES, FETCH_WAIT_MS).remote();
+      int size = fetchedBytes == 0 ? FIRST_FETCH_BYTES : FETCH_BYTES;
+      return actor.task(PyActorMethod.of("fetch_bytes", Object.class), at, size, FETCH_WAIT_MS).remote();
     }
 
     /** One fetch from {@code offset}: its batches become the ones to decode; the fetch after it is
@@ -216,10 +238,17 @@ final class RangeReaders implements PartitionReaderFactory {
       RayCalls.ReplicaError error = RayCalls.error(answer[4]);
       if (error != null) {
         if (error.type.equals("OffsetOutOfRangeError")) {
-          if (offset < error.logStart && !failOnDataLoss) {
+          if (!failOnDataLoss && offset < error.logStart) {
             LOG.warn("{}-{}: records {}..{} were removed while being read; skipping to {} (failOnDataLoss=false)",
                 range.topic, range.partition, offset, error.logStart - 1, error.logStart);
             offset = error.logStart;
+            return;
+          }
+          if (!failOnDataLoss && offset > error.logEnd && error.logEnd >= 0) {
+            LOG.warn("{}-{}: the log now ends at {}, before {} (truncated or re-created); the range [{}, {}) ends "
+                + "there (failOnDataLoss=false)", range.topic, range.partition, error.logEnd, offset, range.from,
+                range.until);
+            offset = range.until;
             return;
           }
           throw leader.gone(offset, error);
@@ -233,7 +262,10 @@ final class RangeReaders implements PartitionReaderFactory {
       byte[] fetched = (byte[]) answer[0];
       List<BatchDecoder.Header> found = BatchDecoder.headers(fetched);
       if (found.isEmpty()) {
-        return; // the high watermark is behind the range's end (a new leader catching up): ask again
+        // The high watermark is behind the range's end (a new leader catching up): ask again.
+        leader.waited("the leader's high watermark " + RayCalls.asLong(answer[1]) + " is below the range's end",
+            offset - range.from);
+        return;
       }
       leader.progressed();
       fetchedBytes += fetched.length;
@@ -278,6 +310,10 @@ final class RangeReaders implements PartitionReaderFactory {
     public boolean next() {
       if (row != null) {
         return false;
+      }
+      if (range.until <= range.from) {
+        row = new GenericInternalRow(new Object[] {0L});  // nothing to read: a zero, so the sum is not NULL
+        return true;
       }
       while (true) {
         Object[] answer;

@@ -27,15 +27,17 @@ final class RayCalls {
 
   /** The named actor of {@code namespace}, or null when none has that name (now). */
   static PyActorHandle actor(String name, String namespace) {
-    String key = namespace + "\u0000" + name;
-    PyActorHandle found = ACTORS.get(key);
-    if (found != null) {
-      return found;
-    }
     if (!Ray.isInitialized()) {
       throw new RaylogSparkException("ClusterNotAvailableError",
           "this JVM is not connected to Ray: start Spark with spark_bridge.session(), which connects "
               + "RayDP's driver and executors to the Ray cluster raylog runs on");
+    }
+    // Keyed by Ray node too: the driver's JVM outlives a Spark session, and the next session connects it
+    // to Ray again; a handle from before is unknown to the new core worker, which aborts on it.
+    String key = Ray.getRuntimeContext().getCurrentNodeId() + "\u0000" + namespace + "\u0000" + name;
+    PyActorHandle found = ACTORS.get(key);
+    if (found != null) {
+      return found;
     }
     Optional<BaseActorHandle> handle = Ray.getActor(name, namespace);
     if (!handle.isPresent()) {
@@ -47,36 +49,54 @@ final class RayCalls {
   }
 
   static void forget(String name, String namespace) {
-    ACTORS.remove(namespace + "\u0000" + name);
+    ACTORS.keySet().removeIf(k -> k.endsWith("\u0000" + namespace + "\u0000" + name));
   }
 
-  /** The planner's JSON answer to {@code method(args)}; its raylog error raised as RaylogSparkException. */
+  static void forgetHandle(PyActorHandle handle) {
+    ACTORS.values().removeIf(h -> h == handle);
+  }
+
+  /** The planner's JSON answer to {@code method(args)}. A retriable raylog error (a leader moving)
+   *  or a planner being restarted is retried for up to {@link #PLANNER_TIMEOUT_MS}, as Kafka's
+   *  source retries its offset requests; any other raylog error is raised as RaylogSparkException. */
   static JsonNode planner(String namespace, String method, Object... args) {
-    PyActorHandle planner = actor(PLANNER, namespace);
-    if (planner == null) {
-      throw new RaylogSparkException("ClusterNotAvailableError",
-          "raylog's Spark planner actor '" + PLANNER + "' is not running in Ray namespace '" + namespace
-              + "': start Spark with spark_bridge.session(namespace=...), which starts it");
-    }
-    String answer;
-    try {
-      // PyActorCall has no varargs overload: the caller takes the argument array as it is.
-      ObjectRef<String> ref = new PyActorTaskCaller<>(planner, PyActorMethod.of(method, String.class), args).remote();
-      answer = ref.get(PLANNER_TIMEOUT_MS);
-    } catch (RuntimeException e) {
-      forget(PLANNER, namespace);
-      throw new RaylogSparkException("KafkaTimeoutError", "raylog's Spark planner did not answer " + method
-          + ": " + e.getMessage(), e);
-    }
-    try {
-      JsonNode node = JSON.readTree(answer);
-      JsonNode error = node.get("error");
-      if (error != null) {
-        throw new RaylogSparkException(error.get(0).asText(), error.get(1).asText());
+    long deadline = System.currentTimeMillis() + PLANNER_TIMEOUT_MS;
+    while (true) {
+      String why;
+      PyActorHandle planner = actor(PLANNER, namespace);
+      if (planner == null) {
+        throw new RaylogSparkException("ClusterNotAvailableError",
+            "raylog's Spark planner actor '" + PLANNER + "' is not running in Ray namespace '" + namespace
+                + "': start Spark with spark_bridge.session(namespace=...), which starts it");
       }
-      return node;
-    } catch (java.io.IOException e) {
-      throw new RaylogSparkException("CorruptRecordError", "the planner answered " + method + " with " + answer, e);
+      try {
+        // PyActorCall has no varargs overload: the caller takes the argument array as it is.
+        ObjectRef<String> ref = new PyActorTaskCaller<>(planner, PyActorMethod.of(method, String.class), args).remote();
+        JsonNode node = JSON.readTree(ref.get(PLANNER_TIMEOUT_MS));
+        JsonNode error = node.get("error");
+        if (error == null) {
+          return node;
+        }
+        if (!error.path(2).asBoolean(false)) {
+          throw new RaylogSparkException(error.get(0).asText(), error.get(1).asText());
+        }
+        why = error.get(0).asText() + ": " + error.get(1).asText();
+      } catch (RaylogSparkException e) {
+        throw e;
+      } catch (java.io.IOException | RuntimeException e) {
+        forget(PLANNER, namespace);  // Ray restarts a dead planner under the same name
+        why = String.valueOf(e.getMessage());
+      }
+      if (System.currentTimeMillis() > deadline) {
+        throw new RaylogSparkException("KafkaTimeoutError", "raylog's Spark planner could not answer " + method
+            + " within " + PLANNER_TIMEOUT_MS / 1000 + "s: " + why);
+      }
+      try {
+        Thread.sleep(200);
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        throw new RaylogSparkException("KafkaTimeoutError", "interrupted while asking the planner " + method);
+      }
     }
   }
 

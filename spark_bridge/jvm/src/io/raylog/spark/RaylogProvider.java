@@ -32,7 +32,13 @@ public final class RaylogProvider implements TableProvider, DataSourceRegister, 
 
   @Override
   public StructType inferSchema(CaseInsensitiveStringMap options) {
-    return SourceOptions.schema(SourceOptions.flag(options.get("includeHeaders"), false, "includeHeaders"));
+    String headers = null;
+    for (Map.Entry<String, String> e : options.entrySet()) {
+      if (e.getKey().replace("_", "").equalsIgnoreCase("includeheaders")) {
+        headers = e.getValue();
+      }
+    }
+    return SourceOptions.schema(SourceOptions.flag(headers, false, "includeHeaders"));
   }
 
   @Override

@@ -26,6 +26,7 @@ import org.apache.spark.sql.sources.Filter;
 import org.apache.spark.sql.sources.GreaterThan;
 import org.apache.spark.sql.sources.GreaterThanOrEqual;
 import org.apache.spark.sql.sources.In;
+import org.apache.spark.sql.sources.IsNotNull;
 import org.apache.spark.sql.sources.LessThan;
 import org.apache.spark.sql.sources.LessThanOrEqual;
 import org.apache.spark.sql.types.DataTypes;
@@ -44,6 +45,9 @@ import org.slf4j.LoggerFactory;
 final class RaylogScanBuilder implements ScanBuilder, SupportsPushDownRequiredColumns, SupportsPushDownFilters,
     SupportsPushDownAggregates {
   private static final Logger LOG = LoggerFactory.getLogger(RaylogScanBuilder.class);
+
+  private static final Set<String> NEVER_NULL =
+      new HashSet<>(java.util.Arrays.asList("topic", "partition", "offset", "timestamp", "timestampType"));
 
   private final SourceOptions options;
   private StructType required;
@@ -83,15 +87,21 @@ final class RaylogScanBuilder implements ScanBuilder, SupportsPushDownRequiredCo
 
   /** Applies a filter on partition or offset to the ranges to read; false when it cannot. */
   private boolean narrow(Filter f) {
+    if (f instanceof IsNotNull && NEVER_NULL.contains(((IsNotNull) f).attribute())) {
+      return true;  // Spark adds these next to every comparison; the scan never yields such a null
+    }
     String column;
     Object value;
     if (f instanceof In && ((In) f).attribute().equals("partition")) {
       Set<Integer> allowed = new HashSet<>();
       for (Object v : ((In) f).values()) {
-        if (!(v instanceof Number)) {
+        if (!(v instanceof Integer || v instanceof Long)) {
           return false;
         }
-        allowed.add(((Number) v).intValue());
+        long p = ((Number) v).longValue();
+        if (p >= 0 && p <= Integer.MAX_VALUE) {
+          allowed.add((int) p);
+        }
       }
       keepPartitions(allowed);
       return true;
@@ -123,21 +133,25 @@ final class RaylogScanBuilder implements ScanBuilder, SupportsPushDownRequiredCo
         return false;
       }
       Set<Integer> one = new HashSet<>();
-      one.add((int) v);
+      if (v >= 0 && v <= Integer.MAX_VALUE) {
+        one.add((int) v);
+      }
       keepPartitions(one);
       return true;
     }
+    // Ranges end before Long.MAX_VALUE, so saturating v + 1 there keeps every bound exact.
+    long next = v == Long.MAX_VALUE ? Long.MAX_VALUE : v + 1;
     if (f instanceof EqualTo) {
       lowOffset = Math.max(lowOffset, v);
-      highOffset = Math.min(highOffset, v + 1);
+      highOffset = Math.min(highOffset, next);
     } else if (f instanceof GreaterThan) {
-      lowOffset = Math.max(lowOffset, v + 1);
+      lowOffset = Math.max(lowOffset, next);
     } else if (f instanceof GreaterThanOrEqual) {
       lowOffset = Math.max(lowOffset, v);
     } else if (f instanceof LessThan) {
       highOffset = Math.min(highOffset, v);
     } else {
-      highOffset = Math.min(highOffset, v + 1);
+      highOffset = Math.min(highOffset, next);
     }
     return true;
   }
@@ -272,6 +286,12 @@ final class RaylogScanBuilder implements ScanBuilder, SupportsPushDownRequiredCo
 
     @Override
     public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
+      for (String ending : new String[] {"endingoffsets", "endingtimestamp", "endingoffsetsbytimestamp"}) {
+        if (builder.options.forPlanner.containsKey(ending)) {
+          throw new RaylogSparkException("InvalidConfigError", ending + " does not apply to a stream: it reads on as "
+              + "records arrive (Spark's Kafka source refuses it too)");
+        }
+      }
       return new RaylogStream(builder.options, columns(schema), checkpointLocation);
     }
 
@@ -279,6 +299,10 @@ final class RaylogScanBuilder implements ScanBuilder, SupportsPushDownRequiredCo
     public InputPartition[] planInputPartitions() {
       if (ranges == null) {
         ranges = builder.ranges();
+        if (builder.countOnly && ranges.isEmpty()) {
+          // Spark sums the ranges' counts; with no range at all that sum would be NULL, not 0.
+          ranges = java.util.Collections.singletonList(new RangePartition("", 0, 0, 0, ""));
+        }
       }
       return ranges.toArray(new InputPartition[0]);
     }

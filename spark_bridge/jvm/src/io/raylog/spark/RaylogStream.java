@@ -41,7 +41,9 @@ final class RaylogStream implements MicroBatchStream, SupportsTriggerAvailableNo
   private final String checkpointLocation;
   private RaylogOffset availableNow;
   private RaylogOffset latestSeen;
-  private long lastTriggerMs = System.currentTimeMillis();
+  /** When the last batch was let through (Kafka's lastTriggerMillis: 0, so a new query's first
+   *  trigger is never held back by minOffsetsPerTrigger). */
+  private long lastTriggerMs;
 
   RaylogStream(SourceOptions options, String[] columns, String checkpointLocation) {
     this.options = options;
@@ -113,11 +115,25 @@ final class RaylogStream implements MicroBatchStream, SupportsTriggerAvailableNo
       for (Map.Entry<Integer, Long> p : t.getValue().entrySet()) {
         String topic = t.getKey();
         int partition = p.getKey();
+        long low = earliest.get(topic, partition);
+        long high = p.getValue();
         Long begin = start.get(topic, partition);
         if (begin == null) {
-          begin = earliest.get(topic, partition);  // a partition added since: from its start, as Kafka's source
+          begin = low;  // a partition added since: from its start, as Kafka's source
+        } else if (begin > high) {
+          // The log ends before where the stream is: truncated (an unclean election) or re-created.
+          String what = topic + "-" + partition + ": the stream is at offset " + begin + " but the log now ends at "
+              + high + " (truncated or re-created)";
+          if (options.failOnDataLoss) {
+            throw new RaylogSparkException("OffsetOutOfRangeError", what + "; set failOnDataLoss=false to read it "
+                + "from its start");
+          }
+          LOG.warn("raylog stream: {}; reading it from its start {} (failOnDataLoss=false)", what, low);
+          begin = low;
+        } else if (begin < low && !options.failOnDataLoss) {
+          begin = low;  // retention removed [begin, low): the batch's limit counts what can be read
         }
-        long end = p.getValue();
+        long end = high;
         if (availableNow != null) {
           Long cap = availableNow.get(topic, partition);
           end = cap == null ? begin : Math.min(end, cap);
@@ -139,17 +155,16 @@ final class RaylogStream implements MicroBatchStream, SupportsTriggerAvailableNo
         max = (ReadMaxRows) l;
       }
     }
-    if (min != null && total < min.minRows() && now - lastTriggerMs < min.maxTriggerDelayMs()) {
-      return start;  // too few records, and not waited long enough: no batch this trigger
+    if (min != null && availableNow == null) {  // AvailableNow reads everything, however few remain
+      if (now - lastTriggerMs < min.maxTriggerDelayMs() && total < min.minRows()) {
+        return start;  // too few records, and not waited long enough: no batch this trigger
+      }
+      lastTriggerMs = now;  // as Kafka's delayBatch: the delay counts from the last batch let through
     }
     if (max != null && total > max.maxRows()) {
       share(from, until, total, max.maxRows());
     }
-    RaylogOffset end = new RaylogOffset(until);
-    if (!end.json().equals(start.json())) {
-      lastTriggerMs = now;
-    }
-    return end;
+    return new RaylogOffset(until);
   }
 
   /** Cuts each partition's share of {@code limit} records in proportion to its lag (Kafka's rateLimit). */

@@ -51,7 +51,8 @@ final class RaylogTable implements SupportsRead, SupportsWrite {
 
   @Override
   public WriteBuilder newWriteBuilder(LogicalWriteInfo info) {
-    SinkSpec spec = new SinkSpec(info.schema(), info.options(), SourceOptions.namespaceOfSession());
+    String namespace = info.options().getOrDefault("raylog.namespace", SourceOptions.namespaceOfSession());
+    SinkSpec spec = new SinkSpec(info.schema(), info.options(), namespace);
     return new WriteBuilder() {
       @Override
       public Write build() {

@@ -20,10 +20,12 @@ import org.apache.spark.sql.connector.write.WriterCommitMessage;
  * bytes, each sent to the partition leader's actor (produce_bytes) with up to
  * {@link #MAX_IN_FLIGHT} answers outstanding; the task commits once every batch is
  * acknowledged (acks=all by default). Partitions as Kafka's producer: the partition column,
- * else murmur2 of the key, else one partition per batch (sticky). A batch refused with a
- * retriable error (a leader change, too few in-sync replicas) is resent to the new leader until
- * delivery_timeout_ms; anything else fails the task, and Spark's retry of it makes a write
- * at-least-once, as Spark's Kafka sink.
+ * else murmur2 of the key, else one partition per batch (sticky). Each sender is an idempotent
+ * producer (a random 62-bit id, as raylog's Python producer, and a sequence per partition): a
+ * batch refused with a retriable error (a leader change, too few in-sync replicas) or whose
+ * answer was lost is resent, the same bytes, to the new leader until delivery_timeout_ms, and
+ * appended once. Anything else fails the task; Spark runs it again under a new producer id, so
+ * a write is at-least-once across task attempts, as Spark's Kafka sink.
  */
 final class RecordSender implements DataWriter<InternalRow> {
   static final int MAX_IN_FLIGHT = 5;
@@ -31,10 +33,13 @@ final class RecordSender implements DataWriter<InternalRow> {
 
   private final SinkSpec spec;
   private final Map<String, Integer> partitionCounts = new HashMap<>();
+  private final Map<String, Long> batchLimits = new HashMap<>();
   private final Map<String, Integer> sticky = new HashMap<>();
   private final Map<String, BatchEncoder> open = new HashMap<>();
   private final Map<String, PyActorHandle> leaders = new HashMap<>();
+  private final Map<String, Integer> sequences = new HashMap<>();
   private final ArrayDeque<InFlight> inFlight = new ArrayDeque<>();
+  private final long producerId = new java.security.SecureRandom().nextLong() >>> 2;
   private long written;
 
   RecordSender(SinkSpec spec) {
@@ -90,13 +95,14 @@ final class RecordSender implements DataWriter<InternalRow> {
     } else if (row.isNullAt(spec.timestamp)) {
       throw SinkSpec.invalid("the timestamp column has nulls: give every record a timestamp or drop the column");
     } else {
-      timestamp = spec.timestampAsLong ? row.getLong(spec.timestamp) : Math.floorDiv(row.getLong(spec.timestamp), 1000L);
+      timestamp = spec.timestampAsInt ? row.getInt(spec.timestamp) : spec.timestampAsLong ? row.getLong(spec.timestamp)
+          : Math.floorDiv(row.getLong(spec.timestamp), 1000L);
     }
     List<Object[]> headers = spec.headers < 0 || row.isNullAt(spec.headers) ? null : headers(row);
     String tp = topic + "\u0000" + partition;
     BatchEncoder batch = open.computeIfAbsent(tp, k -> new BatchEncoder());
     batch.add(key, value, timestamp, headers);
-    if (batch.size() >= spec.batchSize) {
+    if (batch.size() >= batchLimits.get(topic)) {
       open.remove(tp);
       send(topic, partition, batch);
       sticky.remove(topic);
@@ -131,14 +137,21 @@ final class RecordSender implements DataWriter<InternalRow> {
   private int partitions(String topic) {
     Integer n = partitionCounts.get(topic);
     if (n == null) {
-      n = RayCalls.planner(spec.namespace, "partition_count", topic).get("partitions").asInt();
+      com.fasterxml.jackson.databind.JsonNode about = RayCalls.planner(spec.namespace, "partition_count", topic);
+      n = about.get("partitions").asInt();
       partitionCounts.put(topic, n);
+      // The topic refuses batches over max_message_bytes; lz4 never grows a payload by more than ~1/255.
+      long room = about.get("max_message_bytes").asLong() * 250 / 256 - 4096;
+      batchLimits.put(topic, Math.max(1, Math.min(spec.batchSize, room)));
     }
     return n;
   }
 
   private void send(String topic, int partition, BatchEncoder batch) {
-    InFlight f = new InFlight(topic, partition, batch.encode(spec.lz4), batch.count(),
+    String tp = topic + "\u0000" + partition;
+    int sequence = sequences.getOrDefault(tp, 0);
+    sequences.put(tp, sequence + batch.count());
+    InFlight f = new InFlight(topic, partition, batch.encode(spec.lz4, producerId, sequence), batch.count(),
         System.currentTimeMillis() + spec.timeoutMs);
     while (inFlight.size() >= MAX_IN_FLIGHT) {
       complete(inFlight.poll());
@@ -172,11 +185,13 @@ final class RecordSender implements DataWriter<InternalRow> {
         } else {
           Object[] answer = (Object[]) f.answer.get(spec.timeoutMs + 60_000L);
           RayCalls.ReplicaError error = RayCalls.error(answer[1]);
-          if (error == null) {
-            written += f.records;
+          if (error == null || error.type.equals("DuplicateSequenceError")) {
+            written += f.records;  // a duplicate sequence is a batch the log already has
             return;
           }
-          if (!error.retriable) {
+          // Out of order: a batch before it (resent after a leader change) has not landed yet; resent
+          // after it, this one follows it.
+          if (!error.retriable && !error.type.equals("OutOfOrderSequenceError")) {
             throw error.raise();
           }
           why = error.message;
@@ -186,7 +201,10 @@ final class RecordSender implements DataWriter<InternalRow> {
       } catch (RuntimeException e) {
         why = String.valueOf(e.getMessage());
       }
-      leaders.remove(f.topic + "\u0000" + f.partition);
+      PyActorHandle dead = leaders.remove(f.topic + "\u0000" + f.partition);
+      if (dead != null) {
+        RayCalls.forgetHandle(dead);  // a replica Ray restarts under the same name needs a new handle
+      }
       if (System.currentTimeMillis() > f.deadline) {
         throw new RaylogSparkException("KafkaTimeoutError", f.topic + "-" + f.partition + ": a batch of " + f.records
             + " records was not acknowledged within delivery_timeout_ms " + spec.timeoutMs + " (" + why + ")");

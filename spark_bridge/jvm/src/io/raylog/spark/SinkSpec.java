@@ -22,6 +22,10 @@ import org.slf4j.LoggerFactory;
 final class SinkSpec implements Serializable {
   private static final Logger LOG = LoggerFactory.getLogger(SinkSpec.class);
   static final String BYTES = "binary or string";
+  /** Bytes gathered per partition before a batch is sent. Measured (bench/spark_bench.py, 5 M rows):
+   *  4 MiB wrote 1.17-1.18 M records/s against 0.94-1.11 M with 1 MiB (fewer produce calls for the
+   *  replicas' Python); 16 MiB gained nothing more. Capped by the topic's max_message_bytes. */
+  static final long DEFAULT_BATCH_BYTES = 4L * 1024 * 1024;
 
   final String namespace;
   final String topic;
@@ -35,6 +39,7 @@ final class SinkSpec implements Serializable {
   final boolean stringKey;
   final boolean headersAsMap;
   final boolean timestampAsLong;
+  final boolean timestampAsInt;
   final int acks;
   final boolean lz4;
   final long batchSize;
@@ -71,6 +76,7 @@ final class SinkSpec implements Serializable {
     }
     this.headersAsMap = headers >= 0 && checkHeaders(schema);
     this.timestampAsLong = timestamp >= 0 && checkTimestamp(schema);
+    this.timestampAsInt = timestampAsLong && schema.fields()[timestamp].dataType() instanceof IntegerType;
     String acksOption = opts.getOrDefault("acks", "all");
     switch (acksOption.toLowerCase(Locale.ROOT)) {
       case "all":
@@ -86,13 +92,15 @@ final class SinkSpec implements Serializable {
       default:
         throw new RaylogSparkException("InvalidConfigError", "acks must be 0, 1 or 'all' (-1), got '" + acksOption + "'");
     }
-    String codec = opts.getOrDefault("compressiontype", "lz4");
+    String codec = opts.getOrDefault("compressiontype", "lz4").toLowerCase(Locale.ROOT);
+    codec = codec.equals("null") || codec.isEmpty() ? "none" : codec;
     if (!codec.equals("lz4") && !codec.equals("none")) {
       throw new RaylogSparkException("InvalidConfigError", "compression_type must be 'lz4' or 'none', got '" + codec
           + "'");
     }
     this.lz4 = codec.equals("lz4");
-    this.batchSize = SourceOptions.positive(opts.getOrDefault("batchsize", String.valueOf(1024 * 1024)), "batch_size");
+    this.batchSize = SourceOptions.positive(opts.getOrDefault("batchsize", String.valueOf(DEFAULT_BATCH_BYTES)),
+        "batch_size");
     this.timeoutMs = SourceOptions.positive(opts.getOrDefault("deliverytimeoutms", "120000"), "delivery_timeout_ms");
     for (String k : options.keySet()) {
       String lower = k.toLowerCase(Locale.ROOT);
