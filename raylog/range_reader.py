@@ -39,21 +39,10 @@ def plan_read(cluster, spec: ReadSpec) -> tuple[list[OffsetRange], list[str]]:
     """The ranges ``spec`` reads now, and warnings about records skipped (fail_on_data_loss off).
     Raises UnknownTopicOrPartitionError for a subscribed or assigned topic or partition that
     does not exist (a pattern matching nothing reads nothing)."""
-    admin = cluster.admin()
-    existing = admin.list_topics()
-    topics = spec.select_topics(existing)
-    partitions = []
-    for topic in topics:
-        if topic not in existing:
-            raise UnknownTopicOrPartitionError(f"cannot read topic {topic!r}: it does not exist")
-        count = cluster.metadata.partition_count(topic)
-        wanted = spec.assign[topic] if spec.assign is not None else range(count)
-        missing = [p for p in wanted if not 0 <= p < count]
-        if missing:
-            raise UnknownTopicOrPartitionError(f"topic {topic!r} has partitions 0..{count - 1}, not {missing}")
-        partitions += [TopicPartition(topic, p) for p in wanted]
+    partitions = resolve_partitions(cluster, spec)
     if not partitions:
         return [], []
+    admin = cluster.admin()
     earliest = admin.beginning_offsets(partitions)
     latest = admin.end_offsets(partitions)
     stamps = spec.timestamps_needed(partitions)
@@ -62,6 +51,23 @@ def plan_read(cluster, spec: ReadSpec) -> tuple[list[OffsetRange], list[str]]:
     by_timestamp = {tp: (getattr(starts.get(tp), "offset", None), getattr(ends.get(tp), "offset", None))
                     for tp in stamps}
     return plan(spec, partitions, earliest, latest, by_timestamp)
+
+
+def resolve_partitions(cluster, spec: ReadSpec) -> list[TopicPartition]:
+    """The partitions ``spec`` names now (partition counts read afresh: ones added since count)."""
+    existing = cluster.admin().list_topics()
+    partitions = []
+    for topic in spec.select_topics(existing):
+        if topic not in existing:
+            raise UnknownTopicOrPartitionError(f"cannot read topic {topic!r}: it does not exist")
+        cluster.metadata.invalidate(topic)
+        count = cluster.metadata.partition_count(topic)
+        wanted = spec.assign[topic] if spec.assign is not None else range(count)
+        missing = [p for p in wanted if not 0 <= p < count]
+        if missing:
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} has partitions 0..{count - 1}, not {missing}")
+        partitions += [TopicPartition(topic, p) for p in wanted]
+    return partitions
 
 
 def read_range(cluster, r: OffsetRange, timeout_s: float = 120.0, fail_on_data_loss: bool = True,

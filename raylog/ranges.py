@@ -311,13 +311,3 @@ def split(ranges: list[OffsetRange], min_partitions: int | None) -> list[OffsetR
         bounds = [r.from_offset + round(i * step) for i in range(pieces)] + [r.until_offset]
         out += [OffsetRange(r.topic, r.partition, a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
     return out
-
-
-def share_by_lag(lags: Mapping[TopicPartition, int], limit: int) -> dict[TopicPartition, int]:
-    """How many of ``limit`` records each partition gets in one micro-batch: in proportion to its lag,
-    as Spark's maxOffsetsPerTrigger does, every partition with lag getting at least one."""
-    total = sum(lags.values())
-    if total <= limit:
-        return {tp: lag for tp, lag in lags.items() if lag > 0}
-    out = {tp: min(lag, max(1, int(lag * limit / total))) for tp, lag in lags.items() if lag > 0}
-    return out

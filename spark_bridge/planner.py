@@ -24,6 +24,7 @@ from typing import Any, Callable
 import ray
 
 from raylog.errors import OffsetOutOfRangeError, RaylogError, UnknownTopicOrPartitionError
+from raylog.range_reader import plan_read, resolve_partitions
 from raylog.ranges import KNOWN_OPTIONS, EARLIEST, LATEST, ReadSpec, parse_options, plan
 from raylog.records import TopicPartition
 
@@ -116,37 +117,11 @@ class SparkPlanner:
     def _spec(self, options: dict, batch: bool) -> ReadSpec:
         return parse_options(canonical_options(options), batch=batch)
 
-    def _partitions(self, spec: ReadSpec) -> list[TopicPartition]:
-        existing = self._admin.list_topics()
-        out = []
-        for topic in spec.select_topics(existing):
-            if topic not in existing:
-                raise UnknownTopicOrPartitionError(f"cannot read topic {topic!r}: it does not exist")
-            self._cluster.metadata.invalidate(topic)
-            count = self._cluster.metadata.partition_count(topic)
-            wanted = spec.assign[topic] if spec.assign is not None else range(count)
-            missing = [p for p in wanted if not 0 <= p < count]
-            if missing:
-                raise UnknownTopicOrPartitionError(f"topic {topic!r} has partitions 0..{count - 1}, not {missing}")
-            out += [TopicPartition(topic, p) for p in wanted]
-        return out
-
     def _plan(self, options: dict) -> dict:
         spec = self._spec(options, True)
         if spec.max_offsets_per_trigger is not None:
             spec = dataclasses.replace(spec, max_offsets_per_trigger=None)  # a stream's option; batch reads ignore it
-        partitions = self._partitions(spec)
-        if not partitions:
-            return {"ranges": [], "warnings": [], "compacted": []}
-        earliest = self._admin.beginning_offsets(partitions)
-        latest = self._admin.end_offsets(partitions)
-        stamps = spec.timestamps_needed(partitions)
-        starts = self._admin.list_offsets({tp: s for tp, (s, _) in stamps.items() if s is not None})
-        ends = self._admin.list_offsets({tp: e for tp, (_, e) in stamps.items() if e is not None})
-        by_timestamp = {tp: (getattr(starts.get(tp), "offset", None), getattr(ends.get(tp), "offset", None))
-                        for tp in stamps}
-        ranges, warnings = plan(spec, partitions, earliest, latest, by_timestamp)
-        return self._placed(ranges, warnings)
+        return self._placed(*plan_read(self._cluster, spec))
 
     def _placed(self, ranges, warnings) -> dict:
         out = []
@@ -158,7 +133,7 @@ class SparkPlanner:
         return {"ranges": out, "warnings": warnings, "compacted": compacted}
 
     def _start_offsets(self, spec: ReadSpec) -> dict[TopicPartition, int]:
-        partitions = self._partitions(spec)
+        partitions = resolve_partitions(self._cluster, spec)
         if not partitions:
             return {}
         earliest = self._admin.beginning_offsets(partitions)
@@ -180,7 +155,7 @@ class SparkPlanner:
         return out
 
     def _latest(self, spec: ReadSpec) -> dict:
-        partitions = self._partitions(spec)
+        partitions = resolve_partitions(self._cluster, spec)
         return {"latest": _offsets_json(self._admin.end_offsets(partitions) if partitions else {}),
                 "earliest": _offsets_json(self._admin.beginning_offsets(partitions) if partitions else {})}
 

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from raylog.errors import InvalidConfigError, OffsetOutOfRangeError
-from raylog.ranges import OffsetRange, parse_options, plan, share_by_lag, split
+from raylog.ranges import OffsetRange, parse_options, plan, split
 from raylog.records import TopicPartition
 
 T0, T1, T2 = (TopicPartition("t", p) for p in range(3))
@@ -129,16 +129,3 @@ def test_split_covers_every_offset_exactly_once(sizes, wanted):
     for r in rs:
         pieces = [o for o in out if o.partition == r.partition]
         assert pieces[0].from_offset == r.from_offset and pieces[-1].until_offset == r.until_offset
-
-
-@given(st.dictionaries(st.integers(0, 20), st.integers(0, 10_000), min_size=1), st.integers(1, 5000))
-def test_share_by_lag_never_exceeds_a_lag_or_the_limit_much(lags, limit):
-    lags = {TopicPartition("t", p): lag for p, lag in lags.items()}
-    shares = share_by_lag(lags, limit)
-    assert all(0 < shares[tp] <= lags[tp] for tp in shares)
-    if sum(lags.values()) <= limit:
-        assert shares == {tp: lag for tp, lag in lags.items() if lag}
-    else:
-        # At least one record per partition with lag, else in proportion (rounded down).
-        assert sum(shares.values()) <= limit + len(lags)
-        assert all(lags[tp] > 0 for tp in shares)
