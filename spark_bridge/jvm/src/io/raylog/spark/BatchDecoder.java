@@ -353,13 +353,16 @@ final class BatchDecoder {
       bufs[i] = raw.slice(at, sizes[i]);
       at += sizes[i] + pad(sizes[i]);
     }
-    checkBinary("key", p.keyNulls, count, sizes[0], sizes[1], sizes[2], bufs[1]);
-    checkBinary("value", p.valueNulls, count, sizes[3], sizes[4], sizes[5], bufs[4]);
+    checkBinary("key", p.keyNulls, count, sizes[0], sizes[1], sizes[2], bufs[0], bufs[1]);
+    checkBinary("value", p.valueNulls, count, sizes[3], sizes[4], sizes[5], bufs[3], bufs[4]);
     if (sizes[6] != 8L * count) {
       throw corrupt("payload timestamp deltas hold " + sizes[6] + " bytes for " + count + " records");
     }
     if (sizes[7] != 0 && sizes[7] != 4L * count) {
       throw corrupt("payload offset deltas hold " + sizes[7] + " bytes for " + count + " records");
+    }
+    if (sizes[7] != 0) {
+      checkOffsetDeltas(bufs[7], count);
     }
     p.keyBufs = new ArrowBuf[] {bufs[0], bufs[1], bufs[2]};
     p.valueBufs = new ArrowBuf[] {bufs[3], bufs[4], bufs[5]};
@@ -370,8 +373,20 @@ final class BatchDecoder {
 
   /** What payload.py's decoder checks: a CRC only proves the bytes are the producer's, and Arrow
    *  would read out of bounds (or throw its own errors) on offsets that are not a run. */
+  /** Offsets only grow within a batch; the window search and the offset column rely on it. */
+  private void checkOffsetDeltas(ArrowBuf deltas, int count) {
+    long previous = -1;
+    for (int i = 0; i < count; i++) {
+      int d = deltas.getInt(4L * i);
+      if (d <= previous) {
+        throw corrupt("payload offset deltas must be non-negative and strictly increase (record " + i + ")");
+      }
+      previous = d;
+    }
+  }
+
   private void checkBinary(String name, int nulls, int count, long validityBytes, long offsetBytes, long dataBytes,
-      ArrowBuf offsets) {
+      ArrowBuf validity, ArrowBuf offsets) {
     if (nulls < 0 || nulls > count) {
       throw corrupt("payload " + name + " null count " + nulls + " is not within 0.." + count);
     }
@@ -384,6 +399,15 @@ final class BatchDecoder {
     if (validityBytes != (nulls == 0 ? 0 : (count + 7) / 8)) {
       throw corrupt("payload " + name + " validity bitmap holds " + validityBytes + " bytes for " + count
           + " records and " + nulls + " nulls");
+    }
+    if (nulls > 0) {
+      int present = 0;
+      for (int i = 0; i < count; i++) {
+        present += (validity.getByte(i >> 3) >> (i & 7)) & 1;
+      }
+      if (count - present != nulls) {
+        throw corrupt("payload " + name + " validity bitmap disagrees with its null count " + nulls);
+      }
     }
     if (offsetBytes != 4L * (count + 1)) {
       throw corrupt("payload " + name + " offsets hold " + offsetBytes + " bytes, not " + 4L * (count + 1));
