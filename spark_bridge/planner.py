@@ -47,7 +47,10 @@ def _answer(call: Callable[[], Any]) -> str:
     try:
         return json.dumps(call())
     except RaylogError as exc:
-        return json.dumps({"error": [type(exc).__name__, str(exc), exc.retriable]})
+        # A topic that does not exist fails a Spark plan at once, as Spark's Kafka source does (a
+        # client's metadata retries are for topics being created, which a query cannot wait on).
+        retriable = exc.retriable and not isinstance(exc, UnknownTopicOrPartitionError)
+        return json.dumps({"error": [type(exc).__name__, str(exc), retriable]})
     except Exception as exc:  # noqa: BLE001 - a bug here must reach the JVM as an error, not a hang
         log.exception("Spark planner call failed")
         return json.dumps({"error": ["ActorCallError", f"raylog's Spark planner failed: {exc!r}", False]})

@@ -63,6 +63,7 @@ final class RayCalls {
     long deadline = System.currentTimeMillis() + PLANNER_TIMEOUT_MS;
     while (true) {
       String why;
+      String errorClass = "KafkaTimeoutError";
       PyActorHandle planner = actor(PLANNER, namespace);
       if (planner == null) {
         throw new RaylogSparkException("ClusterNotAvailableError",
@@ -80,7 +81,8 @@ final class RayCalls {
         if (!error.path(2).asBoolean(false)) {
           throw new RaylogSparkException(error.get(0).asText(), error.get(1).asText());
         }
-        why = error.get(0).asText() + ": " + error.get(1).asText();
+        errorClass = error.get(0).asText();
+        why = error.get(1).asText();
       } catch (RaylogSparkException e) {
         throw e;
       } catch (java.io.IOException | RuntimeException e) {
@@ -88,8 +90,8 @@ final class RayCalls {
         why = String.valueOf(e.getMessage());
       }
       if (System.currentTimeMillis() > deadline) {
-        throw new RaylogSparkException("KafkaTimeoutError", "raylog's Spark planner could not answer " + method
-            + " within " + PLANNER_TIMEOUT_MS / 1000 + "s: " + why);
+        throw new RaylogSparkException(errorClass, why + " (raylog's Spark planner retried " + method + " for "
+            + PLANNER_TIMEOUT_MS / 1000 + "s)");
       }
       try {
         Thread.sleep(200);
