@@ -23,7 +23,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import quote, urlparse
 from typing import Any, Callable, Iterable
 
 from raylog import ray_calls
@@ -48,7 +48,8 @@ def batch_end_offsets(checkpoint: str, batch_id: int, spark=None) -> dict[TopicP
     than the local one is read through Spark's Hadoop filesystem (``spark`` given)."""
     parsed = urlparse(checkpoint)
     if parsed.scheme in ("", "file"):
-        lines = (Path(parsed.path if parsed.scheme else checkpoint) / "offsets" / str(batch_id)).read_text().splitlines()
+        local = Path(parsed.path if parsed.scheme else checkpoint)
+        lines = (local / "offsets" / str(batch_id)).read_text().splitlines()
     else:
         jvm = spark._jvm
         path = jvm.org.apache.hadoop.fs.Path(f"{checkpoint.rstrip('/')}/offsets/{batch_id}")
@@ -69,7 +70,8 @@ def stream(spark, topic: str | Iterable[str], group_id: str, process: Callable[[
     ``topic``. Options: starting_offsets (default "latest"), starting timestamps,
     max_offsets_per_trigger, min_offsets_per_trigger, max_trigger_delay, min_partitions,
     fail_on_data_loss, include_headers. ``checkpoint_location`` defaults to
-    ``<data_root>/spark-checkpoints/<group_id>`` of the cluster. One stream per group at a time."""
+    ``<data_root>/spark-checkpoints/group-<group_id, URL-quoted>`` of the cluster. One stream per
+    group at a time."""
     topics = [topic] if isinstance(topic, str) else list(topic)
     options = canonical_options(kafka_client_options(options))
     if any(k in options for k in _NOT_FOR_STREAMS):
@@ -94,7 +96,9 @@ def stream(spark, topic: str | Iterable[str], group_id: str, process: Callable[[
         raise IllegalStateError(f"group {group_id!r} has active members; a stream needs the group to itself")
     if checkpoint_location is None:
         root = ray_calls.get(cluster.controller.cluster_config.remote(), 60)["data_root"]
-        checkpoint_location = os.path.join(os.path.expanduser(root), "spark-checkpoints", group_id)
+        # A group id is any string: quoted and prefixed, it names one directory under the root.
+        checkpoint_location = os.path.join(os.path.expanduser(root), "spark-checkpoints",
+                                           f"group-{quote(group_id, safe='')}")
     committed = {tp: om.offset for tp, om in admin.list_consumer_group_offsets(group_id).items() if tp.topic in topics}
     if committed:
         options = _from_committed(options, committed, topics, cluster)
