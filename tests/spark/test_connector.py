@@ -17,36 +17,15 @@ from collections import Counter
 from datetime import datetime
 
 import pytest
-import ray
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
-import raylog
-import spark_bridge
 from raylog.records import TopicPartition
 from tests.integration.conftest import wait_for
-from tests.support.topics import consume_all, end_offsets, fresh_topic
+from tests.support.spark_rows import NOW, as_rows, produce_numbered, read_everything, rows
+from tests.support.topics import end_offsets, fresh_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.ray, pytest.mark.slow]
-
-NOW = int(time.time() * 1000)
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    c = raylog.connect(data_root=str(tmp_path_factory.mktemp("connector")), num_cpus=2,
-                       object_store_memory=400 * 1024 * 1024, cluster_config={"offsets_topic_num_partitions": 1})
-    yield c
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
-def spark(cluster):
-    session = spark_bridge.session(app_name="raylog-connector-tests")
-    try:
-        yield session
-    finally:
-        session.stop(timeout_s=60)
 
 
 @pytest.fixture(autouse=True)
@@ -63,60 +42,8 @@ def no_query_outlives_its_test(spark):
 # --- helpers ------------------------------------------------------------------------------------
 
 
-def rows(df) -> list[tuple]:
-    """(partition, offset, key, value, timestamp us, timestampType, headers) of every row, sorted.
-    A record without headers counts as an empty list (Spark's Kafka source gives null)."""
-    cols = ["partition", "offset", "key", "value", "unix_micros(timestamp) AS ts", "timestampType"]
-    has_headers = "headers" in df.columns
-    out = []
-    for r in df.selectExpr(*cols, *(["headers"] if has_headers else [])).collect():
-        headers = [(h["key"], _bytes(h["value"])) for h in (r["headers"] or [])] if has_headers else None
-        out.append((r["partition"], r["offset"], _bytes(r["key"]), _bytes(r["value"]), r["ts"], r["timestampType"],
-                    headers))
-    return sorted(out, key=lambda t: (t[0], t[1]))
-
-
-def _bytes(b):
-    return None if b is None else bytes(b)
-
-
-def as_rows(records, with_headers: bool = True) -> list[tuple]:
-    """ConsumerRecords in the shape of rows()."""
-    return sorted(((r.partition, r.offset, r.key, r.value, r.timestamp * 1000, r.timestamp_type,
-                    [tuple(h) for h in (r.headers or [])] if with_headers else None) for r in records),
-                  key=lambda t: (t[0], t[1]))
-
-
-def read_everything(cluster, topic: str, expected: int) -> list:
-    consumer = cluster.consumer(topic, auto_offset_reset="earliest")
-    try:
-        records = consume_all(consumer, expected)
-    finally:
-        consumer.close()
-    assert len(records) == expected
-    return records
-
-
 def total(cluster, topic: str) -> int:
     return sum(end_offsets(cluster, topic).values())
-
-
-def produce_numbered(cluster, topic: str, counts: list[int], first: int = 0, step_ms: int = 10) -> None:
-    """``counts[p]`` records into partition p, numbered from ``first``: record i of partition p has
-    key b"p:i", value b"v:p:i" and timestamp NOW + i * step_ms."""
-    producer = cluster.producer()
-    try:
-        futures = []
-        for p, n in enumerate(counts):
-            if n:
-                numbers = range(first, first + n)
-                futures.append(producer.send_batch(topic, [b"v:%d:%d" % (p, i) for i in numbers],
-                                                   keys=[b"%d:%d" % (p, i) for i in numbers], partition=p,
-                                                   timestamps_ms=[NOW + i * step_ms for i in numbers]))
-        for future in futures:
-            future.wait(timeout=60)
-    finally:
-        producer.close()
 
 
 def load(spark, topic: str, **options):

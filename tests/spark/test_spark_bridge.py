@@ -20,79 +20,17 @@ import pytest
 import ray
 from pyspark.errors import StreamingQueryException
 
-import raylog
 import spark_bridge
 from raylog.errors import (IllegalStateError, InvalidConfigError, InvalidRecordError, OffsetOutOfRangeError,
                            UnknownTopicOrPartitionError)
 from raylog.group_member import coordinator_for
 from raylog.records import TopicPartition
 from tests.integration.conftest import wait_for
-from tests.support.topics import consume_all, end_offsets, fresh_topic
+from tests.spark.conftest import SPARK_APP
+from tests.support.spark_rows import NOW, as_rows, produce_numbered, read_everything, rows
+from tests.support.topics import end_offsets, fresh_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.ray, pytest.mark.slow]
-
-NOW = int(time.time() * 1000)
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    c = raylog.connect(data_root=str(tmp_path_factory.mktemp("spark")), num_cpus=2,
-                       object_store_memory=400 * 1024 * 1024, cluster_config={"offsets_topic_num_partitions": 1})
-    yield c
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
-def spark(cluster):
-    session = spark_bridge.session(app_name="raylog-tests")
-    try:
-        yield session
-    finally:
-        session.stop(timeout_s=60)
-
-
-def rows(df) -> list[tuple]:
-    """(partition, offset, key, value, timestamp us, timestampType, headers) of every row, sorted."""
-    cols = ["partition", "offset", "key", "value", "unix_micros(timestamp) AS ts", "timestampType"]
-    has_headers = "headers" in df.columns
-    out = []
-    for r in df.selectExpr(*cols, *(["headers"] if has_headers else [])).collect():
-        headers = [(h["key"], _bytes(h["value"])) for h in r["headers"]] if has_headers else None
-        out.append((r["partition"], r["offset"], _bytes(r["key"]), _bytes(r["value"]), r["ts"], r["timestampType"],
-                    headers))
-    return sorted(out, key=lambda t: (t[0], t[1]))
-
-
-def _bytes(b):
-    return None if b is None else bytes(b)
-
-
-def as_rows(records, with_headers: bool = True) -> list[tuple]:
-    """ConsumerRecords in the shape of rows()."""
-    return sorted(((r.partition, r.offset, r.key, r.value, r.timestamp * 1000, r.timestamp_type,
-                    [tuple(h) for h in r.headers] if with_headers else None) for r in records),
-                  key=lambda t: (t[0], t[1]))
-
-
-def read_everything(cluster, topic: str, expected: int) -> list:
-    consumer = cluster.consumer(topic, auto_offset_reset="earliest")
-    try:
-        records = consume_all(consumer, expected)
-    finally:
-        consumer.close()
-    assert len(records) == expected
-    return records
-
-
-def produce_numbered(cluster, topic: str, partitions: int, per_partition: int, step_ms: int = 10) -> None:
-    """Record i of partition p: key b"p:i", value b"v:p:i", timestamp NOW + i * step_ms."""
-    producer = cluster.producer()
-    for p in range(partitions):
-        producer.send_batch(topic, [b"v:%d:%d" % (p, i) for i in range(per_partition)],
-                            keys=[b"%d:%d" % (p, i) for i in range(per_partition)], partition=p,
-                            timestamps_ms=[NOW + i * step_ms for i in range(per_partition)])
-    producer.flush(30)
-    producer.close()
 
 
 def offsets_of(df) -> set[tuple[int, int]]:
@@ -135,7 +73,7 @@ def test_a_100k_record_round_trip_keeps_keys_values_headers_timestamps_and_parti
 def numbered(cluster):
     """3 partitions x 20 records; record i of each partition at NOW + 10 * i ms."""
     topic = fresh_topic(cluster, 3)
-    produce_numbered(cluster, topic, 3, 20)
+    produce_numbered(cluster, topic, [20] * 3)
     return topic
 
 
@@ -243,7 +181,7 @@ def test_a_read_while_a_producer_writes_returns_a_committed_prefix_fixed_at_plan
 
 def test_fail_on_data_loss_errors_or_skips_ahead_when_the_start_was_deleted(cluster, spark, caplog):
     topic = fresh_topic(cluster, 1)
-    produce_numbered(cluster, topic, 1, 100)
+    produce_numbered(cluster, topic, [100])
     cluster.admin().delete_records({TopicPartition(topic, 0): 40})
     start = json.dumps({topic: {"0": 10}})
     with pytest.raises(OffsetOutOfRangeError, match=f"{topic}-0: starting offset 10 is below the log start offset 40"):
@@ -256,7 +194,7 @@ def test_fail_on_data_loss_errors_or_skips_ahead_when_the_start_was_deleted(clus
 
 def test_records_deleted_after_planning_fail_the_job_unless_told_to_skip(cluster, spark):
     topic = fresh_topic(cluster, 1)
-    produce_numbered(cluster, topic, 1, 100)
+    produce_numbered(cluster, topic, [100])
     strict = spark_bridge.read(spark, topic)
     lenient = spark_bridge.read(spark, topic, fail_on_data_loss=False)
     cluster.admin().delete_records({TopicPartition(topic, 0): 30})
@@ -305,7 +243,7 @@ def test_topic_and_partition_columns_route_rows_and_a_topic_option_wins(cluster,
 
 def test_a_stream_redelivers_a_batch_whose_process_raised_and_loses_nothing(cluster, spark):
     topic = fresh_topic(cluster, 3)
-    produce_numbered(cluster, topic, 3, 100)
+    produce_numbered(cluster, topic, [100] * 3)
     group = f"stream-{uuid.uuid4().hex[:6]}"
     seen: list[tuple[int, list]] = []
     failed = []
@@ -343,7 +281,7 @@ def test_a_stream_rides_out_its_group_coordinator_being_killed(cluster, spark):
     error while planning or committing a batch): it must retry, as Spark's Kafka source rides out
     a broker failover, and deliver every record."""
     topic = fresh_topic(cluster, 3)
-    produce_numbered(cluster, topic, 3, 100)
+    produce_numbered(cluster, topic, [100] * 3)
     group = f"stream-{uuid.uuid4().hex[:6]}"
     seen: list[tuple[int, list]] = []
 
@@ -378,7 +316,7 @@ def test_a_stream_rides_out_its_group_coordinator_being_killed(cluster, spark):
 
 def test_a_stream_restarted_after_a_crash_runs_the_planned_batch_again_then_continues(cluster, spark):
     topic = fresh_topic(cluster, 2)
-    produce_numbered(cluster, topic, 2, 50)
+    produce_numbered(cluster, topic, [50] * 2)
     group = f"stream-{uuid.uuid4().hex[:6]}"
     first: list[tuple[int, set]] = []
 
@@ -422,7 +360,7 @@ def test_a_planned_batch_reads_to_its_planned_end_even_when_the_high_watermark_i
     wait for them and read exactly its range. Here the checkpoint's batch 0 is made to end at 15
     while the partition holds 10 records, and the batch is left uncommitted, as after a crash."""
     topic = fresh_topic(cluster, 1)
-    produce_numbered(cluster, topic, 1, 10)
+    produce_numbered(cluster, topic, [10])
     group = f"stream-{uuid.uuid4().hex[:6]}"
     checkpoint = str(tmp_path / "checkpoint")
     first: list[tuple[int, set]] = []
@@ -466,14 +404,14 @@ def test_stop_returns_within_its_bound_by_force_and_a_new_session_starts(cluster
     import raydp.spark.ray_cluster_master as master
 
     topic = fresh_topic(cluster, 1)
-    produce_numbered(cluster, topic, 1, 10)
+    produce_numbered(cluster, topic, [10])
     began = time.monotonic()
     spark.stop(timeout_s=0)  # no wait: straight to killing the JVM and RayDP's app master
     assert time.monotonic() - began < 10
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
-            ray.get_actor("raylog-tests" + master.RAYDP_SPARK_MASTER_SUFFIX)
+            ray.get_actor(SPARK_APP + master.RAYDP_SPARK_MASTER_SUFFIX)
         except ValueError:
             break
         time.sleep(0.5)

@@ -63,6 +63,7 @@ final class BatchDecoder {
   private final UTF8String topicUtf8;
   private final int partition;
   private final String[] columns;
+  private final boolean withHeaders;
   private final BufferAllocator allocator;
 
   /** Decodes batches of {@code topic}-{@code partition} into {@code columns} (names of Kafka's schema). */
@@ -71,6 +72,7 @@ final class BatchDecoder {
     this.topicUtf8 = UTF8String.fromString(topic);
     this.partition = partition;
     this.columns = columns;
+    this.withHeaders = java.util.Arrays.asList(columns).contains("headers");
     this.allocator = allocator;
   }
 
@@ -336,7 +338,7 @@ final class BatchDecoder {
       for (int i = 0; i < 8; i++) {
         sizes[i] = u.unpackLong();
       }
-      p.headers = wantsHeaders() ? unpackHeaders(u, count) : null;
+      p.headers = withHeaders ? unpackHeaders(u, count) : null;
     } catch (java.io.IOException | org.msgpack.core.MessagePackException e) {
       throw corrupt("payload header is not msgpack: " + e.getMessage());
     }
@@ -423,15 +425,6 @@ final class BatchDecoder {
       }
       previous = at;
     }
-  }
-
-  private boolean wantsHeaders() {
-    for (String c : columns) {
-      if (c.equals("headers")) {
-        return true;
-      }
-    }
-    return false;
   }
 
   private List<List<Object[]>> unpackHeaders(MessageUnpacker u, int count) throws java.io.IOException {

@@ -32,12 +32,7 @@ public final class RaylogProvider implements TableProvider, DataSourceRegister, 
 
   @Override
   public StructType inferSchema(CaseInsensitiveStringMap options) {
-    String headers = null;
-    for (Map.Entry<String, String> e : options.entrySet()) {
-      if (e.getKey().replace("_", "").equalsIgnoreCase("includeheaders")) {
-        headers = e.getValue();
-      }
-    }
+    String headers = SourceOptions.normalized(options).get("includeheaders");
     return SourceOptions.schema(SourceOptions.flag(headers, false, "includeHeaders"));
   }
 

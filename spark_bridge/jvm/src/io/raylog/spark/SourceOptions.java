@@ -3,6 +3,7 @@ package io.raylog.spark;
 import java.io.Serializable;
 import java.util.Locale;
 import java.util.Map;
+import java.util.Set;
 import java.util.TreeMap;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.types.DataTypes;
@@ -20,10 +21,11 @@ final class SourceOptions implements Serializable {
   private static final Logger LOG = LoggerFactory.getLogger(SourceOptions.class);
   static final String NAMESPACE_CONF = "spark.raylog.namespace";
   static final String PINNED_RANGES = "raylog.ranges";
-  static final String[] KAFKA_SOURCE_TUNING = {
+  static final Set<String> KAFKA_SOURCE_TUNING = Set.of(
       "groupidprefix", "kafkaconsumer.polltimeoutms", "fetchoffset.numretries", "fetchoffset.retryintervalms",
-      "topic"};
-  private static final String[] STREAM_ONLY = {"maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay"};
+      "topic");
+  private static final Set<String> STREAM_ONLY = Set.of("maxoffsetspertrigger", "minoffsetspertrigger",
+      "maxtriggerdelay");
   /** Kafka's default maxTriggerDelay, 15 minutes. */
   static final long DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000L;
 
@@ -37,20 +39,17 @@ final class SourceOptions implements Serializable {
   final String pinnedRanges;
 
   SourceOptions(Map<String, String> options) {
-    Map<String, String> lower = new TreeMap<>();
-    // Spark lower-cases option names; raylog's Python API passes snake_case ones: both become
-    // "maxoffsetspertrigger" here.
-    options.forEach((k, v) -> lower.put(k.toLowerCase(Locale.ROOT).replace("_", ""), v));
+    Map<String, String> lower = normalized(options);
     String ns = lower.remove("raylog.namespace");
     this.namespace = ns != null ? ns : namespaceOfSession();
     this.pinnedRanges = lower.remove(PINNED_RANGES);
     lower.remove("path");
     for (Map.Entry<String, String> e : lower.entrySet()) {
       String k = e.getKey();
-      if (k.startsWith("kafka.") || isTuning(k)) {
+      if (k.startsWith("kafka.") || KAFKA_SOURCE_TUNING.contains(k)) {
         LOG.warn("raylog: option {} is ignored (a Kafka client setting; raylog reads through its replicas' actors)",
             k);
-      } else if (!isStreamOnly(k)) {
+      } else if (!STREAM_ONLY.contains(k)) {
         forPlanner.put(k, e.getValue());
       }
     }
@@ -66,22 +65,12 @@ final class SourceOptions implements Serializable {
     return SparkSession.active().conf().get(NAMESPACE_CONF, "raylog");
   }
 
-  private static boolean isTuning(String key) {
-    for (String t : KAFKA_SOURCE_TUNING) {
-      if (key.equals(t)) {
-        return true;
-      }
-    }
-    return false;
-  }
-
-  private static boolean isStreamOnly(String key) {
-    for (String t : STREAM_ONLY) {
-      if (key.equals(t)) {
-        return true;
-      }
-    }
-    return false;
+  /** Spark lower-cases option names; raylog's Python API passes snake_case ones: both become
+   *  "maxoffsetspertrigger" here. */
+  static Map<String, String> normalized(Map<String, String> options) {
+    Map<String, String> out = new TreeMap<>();
+    options.forEach((k, v) -> out.put(k.toLowerCase(Locale.ROOT).replace("_", ""), v));
+    return out;
   }
 
   /** Spark's Kafka source schema, with headers when asked. */
