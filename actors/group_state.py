@@ -125,7 +125,7 @@ class GroupCoordinatorConfig:
     (group.min.session.timeout.ms, Kafka: 6000; raylog: 1 s, because Ray actors that run group
     members restart in about a second and users want their partitions back that fast). A
     member heartbeats at least three times per session, whatever interval this coordinator
-    suggests (raylog/group_member.py)."""
+    suggests (raylog/consumer/group_member.py)."""
     max_session_timeout_ms: int = 1_800_000
     """Largest session timeout a member may ask for (group.max.session.timeout.ms, Kafka: 30 min)."""
     offset_metadata_max_bytes: int = 4096

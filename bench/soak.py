@@ -42,7 +42,7 @@ GROWTH_LIMIT = (0.10, 16 * 1024 * 1024)
 
 def processes(cluster, topic: str, group: str) -> dict[str, int]:
     """name -> pid of every raylog process: replicas, controller, coordinators, this driver."""
-    from raylog.group_member import coordinator_for
+    from raylog.consumer.group_member import coordinator_for
 
     admin = cluster.admin()
     pids = {f"replica {topic}-{p['partition']}": p["pid"] for p in admin.describe_partitions(topic) if "pid" in p}

@@ -22,7 +22,7 @@ _EXPORTS = {
     "Consumer": "raylog.consumer",
     "AdminClient": "raylog.admin",
     "NewTopic": "raylog.admin",
-    "ColumnBatch": "raylog.column_batch",
+    "ColumnBatch": "raylog.consumer.column_batch",
     "TopicConfig": "raylog.config",
     "ProducerConfig": "raylog.config",
     "ConsumerConfig": "raylog.config",
@@ -32,7 +32,7 @@ _EXPORTS = {
     "ConsumerRecord": "raylog.records",
     "OffsetAndTimestamp": "raylog.records",
     "OffsetAndMetadata": "raylog.records",
-    "ConsumerRebalanceListener": "raylog.group_member",
+    "ConsumerRebalanceListener": "raylog.consumer.group_member",
     "errors": "raylog.errors",
 }
 _EXPORTS.update({name: "raylog.errors" for name in (

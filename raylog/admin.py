@@ -219,7 +219,7 @@ class AdminClient:
     # --- consumer groups ----------------------------------------------------------------------
 
     def _coordinator(self, group_id: str):
-        from raylog.group_member import coordinator_for
+        from raylog.consumer.group_member import coordinator_for
 
         if not isinstance(group_id, str) or not group_id:
             raise InvalidGroupIdError(f"group id must be a non-empty string, got {group_id!r}")

@@ -22,8 +22,9 @@ from typing import Iterator
 
 import numpy as np
 
-from raylog import column_batch, ray_calls
-from raylog.column_batch import ColumnBatch
+from raylog import ray_calls
+from raylog.consumer import column_batch
+from raylog.consumer.column_batch import ColumnBatch
 from raylog.errors import KafkaTimeoutError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from raylog.ranges import OffsetRange, ReadSpec, plan
 from raylog.records import TopicPartition

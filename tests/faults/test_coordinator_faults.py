@@ -26,7 +26,7 @@ import ray
 
 from raylog.errors import RaylogError
 from raylog.naming import OFFSETS_TOPIC, coordinator_actor_name
-from raylog.partitioner import coordinator_partition
+from raylog.producer.partitioner import coordinator_partition
 from raylog.ray_calls import with_retries
 from raylog.records import OffsetAndMetadata, TopicPartition
 from tests.integration.conftest import wait_for

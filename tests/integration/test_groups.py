@@ -233,7 +233,7 @@ def test_committed_offsets_survive_a_coordinator_sigkill_and_stale_commits_are_f
     assert len(got) == 100
     consumer.commit()
     stale_epoch = consumer._group.member_epoch
-    from raylog.partitioner import coordinator_partition
+    from raylog.producer.partitioner import coordinator_partition
 
     coordinator = ray.get_actor(coordinator_actor_name(coordinator_partition(group, 2)), namespace="raylog")
     old_pid = ray.get(coordinator.ping.remote())

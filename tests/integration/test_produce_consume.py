@@ -86,7 +86,7 @@ def test_send_batch_spreads_unkeyed_records_and_consumer_reads_columns(cluster):
 def test_send_batch_of_arrow_arrays_equals_the_same_lists_and_pins_partitions_per_record(cluster):
     import pyarrow as pa
 
-    from raylog.partitioner import partition_for_key
+    from raylog.producer.partitioner import partition_for_key
 
     listed, arrowed = fresh_topic(cluster, 3), fresh_topic(cluster, 3)
     n = 3000
@@ -341,7 +341,7 @@ def test_a_producer_that_never_flushes_keeps_no_outcome_of_completed_sends(clust
     batch it ever sent."""
     import gc
 
-    from raylog.futures import ProduceResult
+    from raylog.producer.futures import ProduceResult
 
     topic = fresh_topic(cluster)
     producer = cluster.producer(linger_ms=0)

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from raylog.errors import InvalidRecordError, KafkaTimeoutError, RecordTooLargeError
-from raylog.partitioner import partition_for_key
+from raylog.producer.partitioner import partition_for_key
 from raylog.records import TopicPartition
 from tests.integration.conftest import wait_for
 from tests.support.topics import consume_all, fresh_topic

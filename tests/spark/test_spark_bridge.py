@@ -23,7 +23,7 @@ from pyspark.errors import StreamingQueryException
 import spark_bridge
 from raylog.errors import (IllegalStateError, InvalidConfigError, InvalidRecordError, OffsetOutOfRangeError,
                            UnknownTopicOrPartitionError)
-from raylog.group_member import coordinator_for
+from raylog.consumer.group_member import coordinator_for
 from raylog.records import TopicPartition
 from tests.integration.conftest import wait_for
 from tests.spark.conftest import SPARK_APP

@@ -97,7 +97,7 @@ class ChaosMember:
 
     def __init__(self, name: str, ledger, configs: dict):
         import raylog
-        from raylog.group_member import ConsumerRebalanceListener
+        from raylog.consumer.group_member import ConsumerRebalanceListener
 
         self.session = f"{GROUP}/{name}"
         self.ledger = ledger

@@ -155,7 +155,7 @@ class FaultInjector:
     def _coordinator(self) -> tuple[str, int] | None:
         if self.group is None:
             return None
-        from raylog.partitioner import coordinator_partition
+        from raylog.producer.partitioner import coordinator_partition
 
         p = coordinator_partition(self.group, self.cluster.config.offsets_topic_num_partitions)
         actor = ray.get_actor(coordinator_actor_name(p), namespace="raylog")

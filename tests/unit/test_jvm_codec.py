@@ -26,12 +26,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from raylog.arrow_records import spark_schema, to_spark_arrow
-from raylog.column_batch import decode as python_fetch_decode
+from raylog.consumer.column_batch import decode as python_fetch_decode
 from raylog.errors import CorruptRecordError
-from raylog.partitioner import murmur2
+from raylog.producer.partitioner import murmur2
 from raylog.storage import batch as rb
 from tests.support.v1_batches import build_v1
-from tests.unit.client.test_partitioner import KAFKA_UTILS_TEST_VECTORS
+from tests.unit.producer.test_partitioner import KAFKA_UTILS_TEST_VECTORS
 
 ROOT = Path(__file__).resolve().parents[2]
 JVM_DIR = ROOT / "spark_bridge" / "jvm"

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from raylog.arrow_records import (RAY_DATA_SCHEMA, ArrowBinary, check_sink_schema, repeated_string, send_batch_args,
                                   spark_schema, to_ray_data_arrow, to_spark_arrow)
-from raylog.column_batch import decode
-from raylog.batch_builder import ListBinary
+from raylog.consumer.column_batch import decode
+from raylog.producer.batch_builder import ListBinary
 from raylog.errors import InvalidRecordError
 from raylog.storage import batch as rb
 from raylog.storage.payload import BinaryColumn

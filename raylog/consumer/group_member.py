@@ -42,7 +42,7 @@ from raylog.errors import (
     CommitFailedError, CoordinatorNotAvailableError, FencedMemberEpochError, RaylogError, UnknownMemberIdError,
 )
 from raylog.naming import coordinator_actor_name
-from raylog.partitioner import coordinator_partition
+from raylog.producer.partitioner import coordinator_partition
 from raylog.records import OffsetAndMetadata, TopicPartition
 
 log = logging.getLogger(__name__)

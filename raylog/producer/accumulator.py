@@ -27,7 +27,7 @@ from collections import deque
 
 from raylog.config import ProducerConfig
 from raylog.errors import IllegalStateError, InvalidPartitionError, KafkaTimeoutError
-from raylog.futures import CallbackRunner, FutureRecordMetadata, ProduceResult
+from raylog.producer.futures import CallbackRunner, FutureRecordMetadata, ProduceResult
 from raylog.metadata import Metadata, TopicInfo
 
 _new_tuple = tuple.__new__

@@ -18,14 +18,14 @@ from typing import Any, Sequence
 import numpy as np
 
 from raylog import memory
-from raylog.accumulator import RecordAccumulator
-from raylog.batch_builder import RECORD_OVERHEAD_BYTES, ListBinary, headers_size
+from raylog.producer.accumulator import RecordAccumulator
+from raylog.producer.batch_builder import RECORD_OVERHEAD_BYTES, ListBinary, headers_size
 from raylog.config import ProducerConfig, config_from_mapping
 from raylog.errors import (
     IllegalStateError, InvalidPartitionError, InvalidRecordError, KafkaTimeoutError, RecordTooLargeError,
 )
-from raylog.futures import CallbackRunner, FutureBatchMetadata, FutureRecordMetadata
-from raylog.sender import Sender
+from raylog.producer.futures import CallbackRunner, FutureBatchMetadata, FutureRecordMetadata
+from raylog.producer.sender import Sender
 
 _time_ns = time.time_ns
 _NONE_TYPE = type(None)

@@ -6,10 +6,10 @@ import time
 
 import pytest
 
-from raylog.accumulator import RecordAccumulator
+from raylog.producer.accumulator import RecordAccumulator
 from raylog.config import ProducerConfig
 from raylog.errors import IllegalStateError, KafkaTimeoutError
-from raylog.futures import CallbackRunner
+from raylog.producer.futures import CallbackRunner
 from raylog.metadata import TopicInfo
 
 

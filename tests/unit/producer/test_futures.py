@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from raylog.errors import KafkaTimeoutError, RecordTooLargeError
-from raylog.futures import CallbackRunner, FutureBatchMetadata, FutureRecordMetadata, ProduceResult
+from raylog.producer.futures import CallbackRunner, FutureBatchMetadata, FutureRecordMetadata, ProduceResult
 
 _new = tuple.__new__
 

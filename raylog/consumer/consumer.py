@@ -5,7 +5,7 @@ partition leaders. Two ways to get partitions, never both (kafka-python's
 IllegalStateError otherwise): ``assign()`` takes exact partitions (offsets may
 still be committed under a group_id, while that group has no members), and
 ``subscribe()`` joins the consumer group ``group_id``, whose coordinator
-assigns partitions (raylog/group_member.py). ``Consumer(*topics)`` subscribes
+assigns partitions (raylog/consumer/group_member.py). ``Consumer(*topics)`` subscribes
 when a group_id is set and otherwise assigns every partition of the topics.
 Not thread-safe: one thread polls, as in kafka-python; listener callbacks run
 inside poll().
@@ -22,11 +22,11 @@ from collections import deque
 from typing import Callable, Iterable, Mapping
 
 from raylog import memory
-from raylog.column_batch import ColumnBatch
+from raylog.consumer.column_batch import ColumnBatch
 from raylog.config import ConsumerConfig, config_from_mapping
 from raylog.errors import IllegalStateError, InvalidConfigError, InvalidOffsetError, RaylogError
-from raylog.fetcher import Fetcher, PartitionState
-from raylog.group_member import ConsumerRebalanceListener, GroupMember
+from raylog.consumer.fetcher import Fetcher, PartitionState
+from raylog.consumer.group_member import ConsumerRebalanceListener, GroupMember
 from raylog.naming import validate_topic_name
 from raylog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from raylog.records import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition

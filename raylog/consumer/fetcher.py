@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 
 import ray
 
-from raylog import column_batch, ray_calls
-from raylog.column_batch import ColumnBatch
+from raylog import ray_calls
+from raylog.consumer import column_batch
+from raylog.consumer.column_batch import ColumnBatch
 from raylog.config import ConsumerConfig
 from raylog.errors import NoOffsetForPartitionError, OffsetOutOfRangeError
 from raylog.metadata import Metadata

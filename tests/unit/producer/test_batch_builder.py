@@ -7,13 +7,13 @@ import random
 import numpy as np
 import pytest
 
-from raylog.accumulator import Stage
-from raylog.batch_builder import BatchBuilder
+from raylog.producer.accumulator import Stage
+from raylog.producer.batch_builder import BatchBuilder
 from raylog.config import ProducerConfig
 from raylog.errors import RecordTooLargeError
-from raylog.futures import CallbackRunner
+from raylog.producer.futures import CallbackRunner
 from raylog.metadata import TopicInfo
-from raylog.partitioner import partition_for_key
+from raylog.producer.partitioner import partition_for_key
 from raylog.storage import batch as rb
 
 

@@ -7,10 +7,10 @@ import statistics
 
 import numpy as np
 
-from raylog.batch_builder import ProducerBatch
+from raylog.producer.batch_builder import ProducerBatch
 from raylog.config import ProducerConfig
 from raylog.records import TopicPartition
-from raylog.sender import PartitionState, admits, retry_backoff_s
+from raylog.producer.sender import PartitionState, admits, retry_backoff_s
 
 
 def batch(attempts: int = 0) -> ProducerBatch:

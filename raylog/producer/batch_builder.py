@@ -23,10 +23,10 @@ from operator import itemgetter
 
 import numpy as np
 
-from raylog.accumulator import Stage
+from raylog.producer.accumulator import Stage
 from raylog.config import ProducerConfig
 from raylog.errors import RecordTooLargeError
-from raylog.partitioner import StickyPartitioner, partitions_for_keys
+from raylog.producer.partitioner import StickyPartitioner, partitions_for_keys
 from raylog.records import TopicPartition
 from raylog.storage import batch as record_batch
 from raylog.storage.payload import BinaryColumn

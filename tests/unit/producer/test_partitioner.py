@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raylog.partitioner import (
+from raylog.producer.partitioner import (
     StickyPartitioner, coordinator_partition, java_string_hash, murmur2, murmur2_many, partition_for_key,
     partitions_for_keys,
 )

@@ -49,8 +49,8 @@ from collections import deque
 import numpy as np
 
 from raylog import ray_calls
-from raylog.accumulator import RecordAccumulator
-from raylog.batch_builder import BatchBuilder, ProducerBatch
+from raylog.producer.accumulator import RecordAccumulator
+from raylog.producer.batch_builder import BatchBuilder, ProducerBatch
 from raylog.config import ProducerConfig
 from raylog.errors import (
     IllegalStateError, InvalidProducerEpochError, KafkaTimeoutError, OutOfOrderSequenceError,
