@@ -52,15 +52,19 @@ import msgpack
 import ray
 
 from actors import arguments as args
+from actors import events
+from actors.metrics import ControllerMetrics
 from actors.controller_state import NO_LEADER, ControllerState, TopicState, replica_ids, replica_of
 from actors.replica import PartitionReplica
 from placement import nodes as placement_nodes
 from placement.policy import assign_replicas, check_replication_factor, replacement_node
+from raylog import topic_configs
 from raylog.config import ClusterConfig, TopicConfig
 from raylog.errors import (
     InvalidReplicationFactorError, InvalidRequestError, InvalidTopicError, TopicCreationIncompleteError,
     UnknownTopicOrPartitionError,
 )
+from raylog.logs import configure_actor_logging, get_logger, log_event
 from raylog.naming import (
     INTERNAL_TOPICS, OFFSETS_TOPIC, coordinator_actor_name, replica_actor_name, validate_topic_name,
     validate_topic_shape,
@@ -80,11 +84,12 @@ min_insync_replicas follows the replication factor as for any topic (2 with 3 re
 ATTACH_RETRY_S = 1.0
 """How long the controller waits before asking a replica it could not reach whether it is back."""
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 class Controller:
     def __init__(self, cluster_config: dict):
+        configure_actor_logging()
         self.config = ClusterConfig(**cluster_config)
         self.namespace = self.config.namespace
         root = os.path.expanduser(self.config.data_root)
@@ -116,6 +121,9 @@ class Controller:
         self._coordinator_answered: dict[int, float] = {}
         self._coordinators: dict[int, object] = {}
         """Offsets partition -> its coordinator's handle (the same actor across its restarts)."""
+        self._high_watermarks: dict[tuple[str, int], int] = {}
+        """(topic, partition) -> the high watermark its leader's last heartbeat carried (for group lag)."""
+        self.metrics = ControllerMetrics()
 
     # --- metadata log --------------------------------------------------------------------
 
@@ -130,15 +138,47 @@ class Controller:
                         yield msgpack.unpackb(value, raw=False)
                 offset = batch.next_offset
 
-    def _commit(self, records: list[dict]) -> None:
-        """Persist, then apply: the log is the truth a restarted controller replays."""
+    def _commit(self, records: list[dict], reason: str = "") -> None:
+        """Persist, then apply: the log is the truth a restarted controller replays. ``reason`` names
+        what caused the change in the events logged for it."""
         if not records:
             return
         values = [msgpack.packb(r, use_bin_type=True) for r in records]
         self.metadata_log.append(record_batch.build(values, timestamps_ms=int(time.time() * 1000),
                                                     compression="none"))
         for r in records:
+            self._record_events(r, reason)
             self.state.replay(r)
+
+    def _record_events(self, record: dict, reason: str) -> None:
+        """Log and count the operational events of one committed record (before it is replayed)."""
+        kind = record["type"]
+        if kind == "partition_changed":
+            topic, p = record["name"], record["partition"]
+            before = self.state.topics[topic].partitions[p]
+            for event, fields in events.partition_events(before, record["state"]):
+                self.metrics.event(event)
+                if event in (events.ELECTION, events.OFFLINE):
+                    self.metrics.election(topic, p)
+                log_event(logger, event, logging.WARNING if event == events.OFFLINE else logging.INFO,
+                          topic=topic, partition=p, **fields, partition_epoch=record["state"]["partition_epoch"],
+                          reason=reason or "unknown")
+        elif kind in ("topic_created", "partitions_added", "topic_deleted"):
+            self.metrics.event(kind)
+            fields = {"partitions": len(record["partitions"])} if kind != "topic_deleted" else {}
+            log_event(logger, kind, topic=record["name"], **fields)
+            if kind == "topic_deleted":
+                for p in range(len(self.state.topics[record["name"]].partitions)):
+                    self.metrics.forget(record["name"], p)
+                    self._high_watermarks.pop((record["name"], p), None)
+
+    def _report_partitions(self) -> None:
+        """Set every partition's ISR size, under-replicated and offline gauges (those that changed)."""
+        for topic in self.state.topics.values():
+            for p, part in enumerate(topic.partitions):
+                self.metrics.partition(topic.name, p, len(part["isr"]),
+                                       len(part["isr"]) < len(part["replicas"]) - len(part["adding"]),
+                                       part["leader"] == NO_LEADER)
 
     # --- start-up and background loops ---------------------------------------------------------
 
@@ -217,19 +257,23 @@ class Controller:
             if died:
                 self._nodes_died(died)
             self._heal()
+            self._report_partitions()
 
     # --- liveness: heartbeats and fencing --------------------------------------------------------
 
     async def replica_heartbeat(self, topic_id: str, partition: int, replica_id: int, leader_epoch: int,
-                                partition_epoch: int) -> dict:
+                                partition_epoch: int, config_version: int = -1, high_watermark: int = -1) -> dict:
         """A replica's heartbeat (Kafka's BrokerHeartbeat, per replica). Renews its session; answers
         whether it is a replica of a partition the controller knows (only then may it hold a lease)
-        and, when its state is older than the controller's, the current one. A fenced replica that
-        heartbeats again is alive again, and is told its state (it rejoins as a follower)."""
+        and, when its state or topic config is older than the controller's, the current state (which
+        carries the config). A fenced replica that heartbeats again is alive again, and is told its
+        state (it rejoins as a follower)."""
         key = (args.text("topic_id", topic_id, 64), args.integer("partition", partition, 0, args.INT32_MAX),
                args.integer("replica_id", replica_id, 0, args.INT32_MAX))
         leader_epoch = args.integer("leader_epoch", leader_epoch, -1, args.INT32_MAX)
         partition_epoch = args.integer("partition_epoch", partition_epoch, -1, args.INT32_MAX)
+        config_version = args.integer("config_version", config_version, -1, args.INT32_MAX)
+        high_watermark = args.integer("high_watermark", high_watermark, -1)
         found = self._locate(key)
         reply = {"controller_pid": os.getpid(), "member": found is not None, "state": None}
         if found is None:
@@ -240,12 +284,16 @@ class Controller:
         topic, p = found
         if key in self._fenced and self._started.done() and key in self.handles:
             self._fenced.discard(key)
-            logger.info("replica %d of %s-%d heartbeats again: alive, told its state", replica_id, topic.name, p)
+            log_event(logger, "replica_unfenced", topic=topic.name, partition=p, replica=replica_id,
+                      reason="heartbeat_resumed")
             self._mark_alive(key)
             self._elect_if_needed(topic, p)
             self._push(topic, p)
         part = topic.partitions[p]
-        if (part["leader_epoch"], part["partition_epoch"]) > (leader_epoch, partition_epoch):
+        if high_watermark >= 0 and part["leader"] == replica_id and part["leader_epoch"] == leader_epoch:
+            self._high_watermarks[(topic.name, p)] = high_watermark
+        if (part["leader_epoch"], part["partition_epoch"]) > (leader_epoch, partition_epoch) \
+                or 0 <= config_version < topic.config_version:
             reply["state"] = self._view(topic, p)
         return reply
 
@@ -256,9 +304,9 @@ class Controller:
         for key in list(self.alive):
             if now - self._seen.get(key, now) > limit_s:
                 found = self._locate(key)
-                name = f"{found[0].name}-{found[1]}" if found else str(key)
-                logger.warning("fencing replica %d of %s: no heartbeat for %.1f s (paused or hung)", key[2], name,
-                               now - self._seen[key])
+                log_event(logger, "replica_fenced", logging.WARNING, topic=found[0].name if found else key[0],
+                          partition=key[1], replica=key[2], silent_s=round(now - self._seen[key], 1),
+                          reason="no_heartbeat")
                 self._fenced.add(key)
                 self._replica_died(key)
 
@@ -290,8 +338,8 @@ class Controller:
                 continue
             if now - ping[1] > limit_s:
                 del self._coordinator_pings[p]
-                logger.warning("group coordinator %d answered no ping for %.1f s (paused or hung): restarting it",
-                               p, now - ping[1])
+                log_event(logger, "coordinator_restarted", logging.WARNING, coordinator=p,
+                          silent_s=round(now - ping[1], 1), reason="no_ping_answer")
                 try:
                     ray.kill(self._coordinators[p], no_restart=False)
                 except Exception:  # noqa: BLE001 - gone meanwhile: its next ping will tell
@@ -326,7 +374,7 @@ class Controller:
                 replica["node_id"], name, self.namespace, self.config.replica_max_restarts)
             handle = _replica_class().options(**options).remote(
                 topic.name, p, replica["replica_id"], replica["directory"], topic.config, topic.topic_id,
-                self.config.to_dict(), initial_state)
+                self.config.to_dict(), initial_state, config_version=topic.config_version)
         self.handles[key] = handle
         return handle
 
@@ -365,9 +413,13 @@ class Controller:
         if found is None:
             return
         topic, p = found
+        reason = "replica_fenced" if key in self._fenced else "replica_died"
+        self.metrics.event(reason)
+        if reason == "replica_died":
+            log_event(logger, reason, topic=topic.name, partition=p, replica=key[2])
         records, _ = self.state.replicas_lost(topic.name, p, {key[2]}, self._is_alive(topic, p),
                                               self._unclean(topic))
-        self._commit(records)
+        self._commit(records, reason)
         self._push(topic, p)
 
     async def _await_return(self, key: tuple) -> bool:
@@ -420,7 +472,7 @@ class Controller:
         alive = self._is_alive(topic, p)
         if part["leader"] == NO_LEADER or not alive(part["leader"]):
             records, _ = self.state.elect_leader(topic.name, p, alive, self._unclean(topic))
-            self._commit(records)
+            self._commit(records, "leader_unavailable")
 
     def _view(self, topic: TopicState, p: int) -> dict:
         part = topic.partitions[p]
@@ -429,7 +481,7 @@ class Controller:
             leader_handle = self.handles.get(self._key(topic, p, part["leader"]))
         return {"leader": part["leader"], "leader_epoch": part["leader_epoch"],
                 "partition_epoch": part["partition_epoch"], "replicas": replica_ids(part), "isr": part["isr"],
-                "leader_handle": leader_handle}
+                "leader_handle": leader_handle, "config": dict(topic.config), "config_version": topic.config_version}
 
     def _push(self, topic: TopicState, p: int) -> None:
         """Tell every live replica of the partition its current state (fire and forget: a replica
@@ -444,6 +496,12 @@ class Controller:
     # --- nodes: losses and healing -----------------------------------------------------------------
 
     def _nodes_died(self, died: set[str]) -> None:
+        for node in sorted(died):
+            self.metrics.event("node_lost")
+            log_event(logger, "node_lost", logging.WARNING, node=node,
+                      replicas=sum(r["node_id"] == node for t in self.state.topics.values()
+                                   for part in t.partitions for r in part["replicas"]),
+                      reassign_after_ms=self.config.replica_reassign_after_ms)
         for topic in list(self.state.topics.values()):
             for p, part in enumerate(topic.partitions):
                 lost = {r["replica_id"] for r in part["replicas"] if r["node_id"] in died}
@@ -453,7 +511,7 @@ class Controller:
                     self.alive.discard(self._key(topic, p, rid))
                 records, _ = self.state.replicas_lost(topic.name, p, lost, self._is_alive(topic, p),
                                                       self._unclean(topic))
-                self._commit(records)
+                self._commit(records, "node_lost")
                 self._push(topic, p)
 
     def _heal(self) -> None:
@@ -489,7 +547,7 @@ class Controller:
                 target = sorted(target, key=lambda n: n in secondary) + unreplaced
                 placement = [(n, placement_nodes.node_data_dir(self.config.data_root, n)) for n in target]
                 records, state = self.state.reassign(topic.name, p, placement)
-                self._commit(records)
+                self._commit(records, "node_lost")
                 self._start_added(topic, p)
 
     def _start_added(self, topic: TopicState, p: int) -> None:
@@ -534,7 +592,7 @@ class Controller:
                     continue
                 records, _ = self.state.elect_leader(topic.name, p, self._is_alive(topic, p), False, preferred=True)
                 if records:
-                    self._commit(records)
+                    self._commit(records, "preferred_leader")
                     self._push(topic, p)
                     moved.append((topic.name, p))
         return moved
@@ -564,7 +622,7 @@ class Controller:
         before = dict(topic.partitions[partition])
         records, state = self.state.alter_isr(topic_name, partition, leader_id, leader_epoch, partition_epoch,
                                               new_isr, self._is_alive(topic, partition))
-        self._commit(records)
+        self._commit(records, "leader_request")
         if len(state["replicas"]) != len(before["replicas"]):
             self._drop_removed(topic, partition, before)
         self._push(topic, partition)
@@ -590,7 +648,7 @@ class Controller:
             placement = [(n, placement_nodes.node_data_dir(self.config.data_root, n)) for n in target_nodes]
             before = dict(topic.partitions[p])
             records, state = self.state.reassign(name, p, placement)
-            self._commit(records)
+            self._commit(records, "admin_request")
             self._start_added(topic, p)
             if len(state["replicas"]) != len(before["replicas"]):
                 self._drop_removed(topic, p, before)
@@ -866,6 +924,12 @@ class Controller:
     async def ping(self) -> int:
         return os.getpid()
 
+    async def high_watermarks(self, topics: list[str]) -> dict[tuple[str, int], int]:
+        """(topic, partition) -> high watermark, for those of ``topics`` whose leader has sent one in
+        a heartbeat (every replica_heartbeat_interval_ms): group coordinators compute lag with it."""
+        wanted = {args.text("topic", t, 249) for t in args.sequence("topics", topics, 1 << 20)}
+        return {tp: hw for tp, hw in self._high_watermarks.items() if tp[0] in wanted}
+
     def _describe(self, topic: TopicState) -> TopicDescription:
         parts = []
         for p, part in enumerate(topic.partitions):
@@ -878,6 +942,62 @@ class Controller:
                                        tuple(part["isr"]), part["partition_epoch"]))
         return TopicDescription(topic.name, tuple(parts), dict(topic.config), internal=topic.name in INTERNAL_TOPICS,
                                 topic_id=topic.topic_id)
+
+    async def topic_config(self, name: str) -> dict:
+        """The topic's whole config (field -> value), the fields it sets, and its config version."""
+        validate_topic_name(name)
+        await self._ensure_started()
+        topic = self.state.topic(name)
+        return {"config": dict(topic.config), "overrides": list(topic.overrides),
+                "config_version": topic.config_version}
+
+    async def alter_topic_config(self, name: str, set_values: dict | None = None, delete: list | None = None,
+                                 validate_only: bool = False, replace: bool = False) -> dict:
+        """Kafka's (Incremental)AlterConfigs for one topic: SET ``set_values``, DELETE (back to the
+        default) ``delete``; with ``replace`` every set config not given returns to its default. The
+        whole new config is validated first (InvalidConfigError, nothing changes); with
+        ``validate_only`` nothing changes either. Otherwise it is written to the metadata log, then
+        every live replica of the topic is told and answers once it applied it (those that do not
+        answer within half request_timeout_ms, and those down, get it with their next state: a
+        replica's heartbeat names the config version it holds). A change of
+        unclean_leader_election_enable applies to the controller's next election; enabling it
+        elects leaders for offline partitions now. Returns topic_config's answer."""
+        validate_topic_name(name)
+        set_values = args.mapping("set_values", set_values or {})
+        delete = [args.text("delete", k, 255) for k in args.sequence("delete", delete or [], 1024)]
+        if not isinstance(validate_only, bool) or not isinstance(replace, bool):
+            raise InvalidRequestError("validate_only and replace must be bools")
+        await self._ensure_started()
+        if name in INTERNAL_TOPICS:
+            raise InvalidTopicError(f"topic {name!r} is raylog's own: its config is fixed")
+        records, altered = self.state.alter_topic_config(name, set_values, delete, replace)
+        topic = self.state.topic(name)
+        if altered.config.min_insync_replicas > topic_configs.replication_factor_of(topic.partitions):
+            logger.warning("topic %s: min_insync_replicas %d is above its replication factor: acks='all' "
+                           "produces will fail with NotEnoughReplicasError", name, altered.config.min_insync_replicas)
+        if validate_only or not records:
+            answer = await self.topic_config(name)
+            if validate_only:
+                answer.update(config=altered.config.to_dict(), overrides=list(altered.overrides))
+            return answer
+        self._commit(records)
+        logger.info("topic %s: config version %d: %s", name, topic.config_version, sorted(set_values) + delete)
+        calls = []
+        for p, part in enumerate(topic.partitions):
+            for rid in replica_ids(part):
+                key = self._key(topic, p, rid)
+                handle = self.handles.get(key)
+                if handle is not None and key in self.alive:
+                    calls.append(asyncio.wait_for(handle.set_config.remote(dict(topic.config), topic.config_version),
+                                                  self.config.request_timeout_ms / 2000))
+        await asyncio.gather(*calls, return_exceptions=True)
+        if self._unclean(topic):
+            for p, part in enumerate(topic.partitions):
+                epoch = part["leader_epoch"]
+                self._elect_if_needed(topic, p)
+                if topic.partitions[p]["leader_epoch"] != epoch:
+                    self._push(topic, p)
+        return await self.topic_config(name)
 
     async def check_topic(self, name: str) -> None:
         """Raise UnknownTopicOrPartitionError unless the topic exists."""

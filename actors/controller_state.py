@@ -14,6 +14,7 @@ Records are plain dicts (msgpack-able):
     {"type": "partition_changed", "name", "partition", "state": partition}
     {"type": "topic_deleted", "name", "topic_id", "pending": [[partition, replica], ...]}
     {"type": "replica_deleted", "topic_id", "partition", "replica_id"}
+    {"type": "topic_config_altered", "name", "topic_id", "config", "overrides": [field, ...]}
 
 where a partition is ``{"replicas": [replica, ...], "leader", "leader_epoch",
 "partition_epoch", "isr": [replica ids], "adding": [...], "removing": [...]}``
@@ -22,7 +23,10 @@ first replica is its preferred leader. ``partition_changed`` carries the whole
 partition (Kafka's PartitionChangeRecord carries only what changed; a whole
 state is simpler to replay and a partition is small). ``topic_deleted`` keeps
 the replicas whose node was down, so their files are removed when the node is
-back (``replica_deleted`` closes each).
+back (``replica_deleted`` closes each). ``config`` is always the topic's whole TopicConfig (as a
+dict of fields) and ``overrides`` the fields that were set (at creation or by an alteration; the
+rest are defaults, which DELETE of a config returns to); ``topic_created`` records written before
+raylog kept ``overrides`` count every field that differs from its default as set.
 
 Epochs, as Kafka's: ``leader_epoch`` is bumped by every leader change (and by
 an unclean election), ``partition_epoch`` by every change of the partition
@@ -39,7 +43,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from raylog.config import TopicConfig, default_min_insync_replicas
+from raylog import topic_configs
+from raylog.config import TopicConfig, default_min_insync_replicas, split_topic_configs
 from raylog.errors import (
     FencedLeaderEpochError, InvalidConfigError, InvalidPartitionError, InvalidReplicationFactorError,
     TopicAlreadyExistsError, UnknownTopicOrPartitionError,
@@ -59,6 +64,10 @@ class TopicState:
     topic_id: str
     config: dict
     partitions: list[dict] = field(default_factory=list)
+    overrides: list[str] = field(default_factory=list)
+    """The config fields this topic sets; the others are defaults (topic_configs.describe)."""
+    config_version: int = 0
+    """How many alterations the config had: replicas keep the newest version they were told."""
 
 
 def _partition(placement: list[tuple[str, str]], name: str, topic_id: str, index: int) -> dict:
@@ -97,7 +106,8 @@ class ControllerState:
             raise TopicAlreadyExistsError(f"topic {name!r} already exists")
         validate_topic_shape(num_partitions, replication_factor)
         cfg = TopicConfig.from_mapping(config)
-        if not any(str(k).replace(".", "_") == "min_insync_replicas" for k in config):
+        overrides, _ = split_topic_configs(config)
+        if "min_insync_replicas" not in overrides:
             cfg = dataclasses.replace(cfg, min_insync_replicas=default_min_insync_replicas(replication_factor))
         if cfg.min_insync_replicas > replication_factor:
             raise InvalidConfigError(f"min_insync_replicas {cfg.min_insync_replicas} is above the replication "
@@ -106,8 +116,25 @@ class ControllerState:
         if len(placement) != num_partitions or any(len(p) != replication_factor for p in placement):
             raise InvalidConfigError("placement must name a node per replica of every partition")
         record = {"type": "topic_created", "name": name, "topic_id": topic_id, "config": cfg.to_dict(),
+                  "overrides": sorted(overrides),
                   "partitions": [_partition(p, name, topic_id, i) for i, p in enumerate(placement)]}
         return [record], name
+
+    def alter_topic_config(self, name: str, set_values: dict, delete: list, replace: bool = False
+                           ) -> tuple[list[dict], topic_configs.Alteration]:
+        """SET ``set_values`` and DELETE (back to the default) ``delete`` in a topic's config; with
+        ``replace``, every set config not given returns to its default (Kafka's legacy AlterConfigs).
+        The whole new config is validated first: InvalidConfigError, and no record. No record either
+        when nothing changes."""
+        topic = self.topic(name)
+        rf = topic_configs.replication_factor_of(topic.partitions)
+        altered = topic_configs.alter(topic.config, topic.overrides, rf, set_values, delete, replace)
+        config = altered.config.to_dict()
+        if config == topic.config and list(altered.overrides) == sorted(topic.overrides):
+            return [], altered
+        record = {"type": "topic_config_altered", "name": name, "topic_id": topic.topic_id, "config": config,
+                  "overrides": list(altered.overrides)}
+        return [record], altered
 
     def create_partitions(self, name: str, total: int, place: Placer) -> tuple[list[dict], int]:
         topic = self.topic(name)
@@ -273,8 +300,17 @@ class ControllerState:
     def replay(self, record: dict) -> None:
         kind = record["type"]
         if kind == "topic_created":
+            partitions = [dict(p) for p in record["partitions"]]
+            overrides = record.get("overrides")
+            if overrides is None:
+                overrides = topic_configs.overrides_of(record["config"], topic_configs.replication_factor_of(partitions))
             self.topics[record["name"]] = TopicState(record["name"], record["topic_id"], record["config"],
-                                                     [dict(p) for p in record["partitions"]])
+                                                     partitions, list(overrides))
+        elif kind == "topic_config_altered":
+            topic = self.topics[record["name"]]
+            topic.config = dict(record["config"])
+            topic.overrides = list(record["overrides"])
+            topic.config_version += 1
         elif kind == "partitions_added":
             self.topics[record["name"]].partitions.extend(dict(p) for p in record["partitions"])
         elif kind == "partition_changed":

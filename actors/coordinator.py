@@ -35,6 +35,7 @@ Timers (session timeouts, revocation timeouts) come from the state's
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import numpy as np
@@ -42,11 +43,13 @@ import ray
 
 from actors import arguments as args
 from actors.group_state import GroupCoordinatorState, HeartbeatRequest, Record
+from actors.metrics import GROUP_METRICS_INTERVAL_S, GroupMetrics
 from raylog.config import ClusterConfig
 from raylog.errors import (
-    ActorCallError, CoordinatorNotAvailableError, DuplicateSequenceError, InvalidProducerEpochError,
-    OutOfOrderSequenceError, RaylogError,
+    ActorCallError, CoordinatorNotAvailableError, DuplicateSequenceError, FencedMemberEpochError,
+    InvalidProducerEpochError, OutOfOrderSequenceError, RaylogError, UnknownMemberIdError,
 )
+from raylog.logs import configure_actor_logging, get_logger, log_event
 from raylog.naming import CONTROLLER_ACTOR_NAME, OFFSETS_TOPIC
 from raylog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from raylog.ray_calls import translate
@@ -60,9 +63,12 @@ TOPICS_TTL_S = 1.0
 """How long the cluster's topic list (for pattern subscriptions and partition counts) is reused."""
 RETRY_BACKOFF_S = 0.1
 
+logger = get_logger(__name__)
+
 
 class GroupCoordinator:
     def __init__(self, partition: int, cluster: dict):
+        configure_actor_logging()
         self.partition = partition
         self.config = ClusterConfig(**cluster)
         self.state = GroupCoordinatorState(wall_clock_ms)
@@ -78,12 +84,16 @@ class GroupCoordinator:
         self._leader_epoch = -1
         self._topics: tuple[float, dict] = (0.0, {})
         self._fenced: BaseException | None = None
+        self.metrics = GroupMetrics()
+        self._metrics_task: asyncio.Task | None = None
+        self._reported_groups: set[str] = set()
 
     # --- start-up: replay the partition -----------------------------------------------------
 
     async def _ready(self) -> None:
         if self._lock is None:
             self._lock = asyncio.Lock()
+            self._metrics_task = asyncio.get_running_loop().create_task(self._report_metrics_forever())
         if self._loaded is None or (self._loaded.done() and self._loaded.exception() is not None):
             # First call, or the last load failed (no leader, or a new leader not yet able to say
             # where its log ends): load again rather than fail every request for good.
@@ -167,6 +177,8 @@ class GroupCoordinator:
             await self._call_leader("produce", buf, -1, timeout_ms=self.config.request_timeout_ms, with_epoch=True)
         except InvalidProducerEpochError as exc:
             self._fenced = exc
+            log_event(logger, "coordinator_fenced", logging.WARNING, coordinator=self.partition,
+                      producer_epoch=self._epoch, reason="newer_coordinator")
             raise CoordinatorNotAvailableError(
                 f"coordinator {self.partition} was replaced by a newer one") from None
         except (OutOfOrderSequenceError, DuplicateSequenceError, ActorCallError) as exc:
@@ -186,6 +198,21 @@ class GroupCoordinator:
         self._sequence = (self._sequence + len(records)) & SEQUENCE_MASK
         for record in records:
             self.state.replay(record)
+        self._record_events(records)
+
+    def _record_events(self, records: list[Record]) -> None:
+        """Log and count the rebalances (group epoch bumps) a written batch holds."""
+        removed: dict[str, list[str]] = {}
+        for record in records:
+            if record.key[0] == "member" and record.value is None:
+                removed.setdefault(record.key[1], []).append(record.key[2])
+        for record in records:
+            if record.key[0] == "group" and record.value is not None:
+                group = record.key[1]
+                self.metrics.rebalance(group)
+                members = next((g["member_count"] for g in self.state.list_groups() if g["group_id"] == group), 0)
+                log_event(logger, "rebalance", group=group, group_epoch=record.value["epoch"], members=members,
+                          removed_members=removed.get(group, []), coordinator=self.partition)
 
     async def _handle(self, handler):
         """Run a handler, persist its records, replay them, answer: one request at a time."""
@@ -215,8 +242,16 @@ class GroupCoordinator:
         asyncio.get_running_loop().create_task(self._expire())
 
     async def _expire(self) -> None:
+        def expire():
+            records = self.state.expire()
+            for record in records:
+                if record.key[0] == "member" and record.value is None:
+                    log_event(logger, "member_expired", group=record.key[1], member=record.key[2],
+                              reason="session_or_rebalance_timeout", coordinator=self.partition)
+            return records, None
+
         try:
-            await self._handle(lambda: (self.state.expire(), None))
+            await self._handle(expire)
         except RaylogError:
             await asyncio.sleep(RETRY_BACKOFF_S)
             self._schedule_timer()
@@ -234,7 +269,12 @@ class GroupCoordinator:
         """KIP-848's ConsumerGroupHeartbeat, as plain dicts over the wire."""
         req = _heartbeat_request(request)
         topics = await self._cluster_topics()
-        response = await self._handle(lambda: self.state.heartbeat(req, topics))
+        try:
+            response = await self._handle(lambda: self.state.heartbeat(req, topics))
+        except (FencedMemberEpochError, UnknownMemberIdError) as exc:
+            log_event(logger, "member_fenced", group=req.group_id, member=req.member_id,
+                      member_epoch=req.member_epoch, error=type(exc).__name__, coordinator=self.partition)
+            raise
         return {"member_id": response.member_id, "member_epoch": response.member_epoch,
                 "heartbeat_interval_ms": response.heartbeat_interval_ms,
                 "assignment": sorted(list(tp) for tp in response.assignment)}
@@ -278,6 +318,37 @@ class GroupCoordinator:
         import os
 
         return os.getpid()
+
+    # --- metrics ----------------------------------------------------------------------------------
+
+    async def _report_metrics_forever(self) -> None:
+        while True:
+            await asyncio.sleep(GROUP_METRICS_INTERVAL_S)
+            try:
+                await self._report_metrics()
+            except Exception as exc:  # noqa: BLE001 - the controller restarts: report next round
+                logger.debug("group metrics not reported: %r", exc)
+
+    async def _report_metrics(self) -> None:
+        """Set each group's members gauge and, per committed partition, its lag behind the high
+        watermark the partition's leader last sent the controller."""
+        groups = {g["group_id"]: g["member_count"] for g in self.state.list_groups()}
+        for group in self._reported_groups - set(groups):
+            self.metrics.members(group, 0)
+        self._reported_groups = set(groups)
+        committed = {}
+        for group, count in groups.items():
+            self.metrics.members(group, count)
+            committed[group] = self.state.fetch_offsets(group, None)
+        topics = sorted({t for offsets in committed.values() for t, _ in offsets})
+        if not topics:
+            return
+        high_watermarks = await self._controller().high_watermarks.remote(topics)
+        for group, offsets in committed.items():
+            for (topic, p), (offset, _) in offsets.items():
+                hw = high_watermarks.get((topic, p))
+                if hw is not None:
+                    self.metrics.lag(group, topic, p, max(0, hw - offset))
 
 
 _HEARTBEAT_FIELDS = frozenset(HeartbeatRequest.__dataclass_fields__)

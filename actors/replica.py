@@ -44,6 +44,7 @@ replica is its own process and each import costs memory per partition.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import shutil
@@ -53,6 +54,7 @@ from pathlib import Path
 import numpy as np
 
 from actors import arguments as args
+from actors.metrics import ReplicaMetrics
 from actors.replica_state import FOLLOWER, LEADER, NONE, ReplicaState, out_of_range_target, truncation_offset
 from raylog import memory
 from raylog.config import ClusterConfig, TopicConfig
@@ -61,6 +63,7 @@ from raylog.errors import (
     LeaderNotAvailableError, NotEnoughReplicasError, NotLeaderForPartitionError, OffsetNotAvailableError,
     OffsetOutOfRangeError, OutOfOrderSequenceError, RaylogError,
 )
+from raylog.logs import configure_actor_logging, get_logger, log_event
 from raylog.naming import CONTROLLER_ACTOR_NAME
 from raylog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from raylog.storage import files
@@ -91,8 +94,9 @@ LEASE_MARGIN_MS = 1000
 """A leader's lease ends this much (at most a tenth of the session) before the controller could fence
 it: room for the two clocks' rates and the fencing check's own period."""
 PARTITION_METADATA_HEADER = "raylog-partition 1"
+TOPIC_CONFIG_HEADER = "raylog-topic-config 1"
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 class PartitionReplica:
@@ -100,17 +104,30 @@ class PartitionReplica:
     Kafka requests."""
 
     def __init__(self, topic: str, partition: int, replica_id: int, directory: str, config: dict,
-                 topic_id: str = "", cluster: dict | None = None, initial_state: dict | None = None):
+                 topic_id: str = "", cluster: dict | None = None, initial_state: dict | None = None,
+                 config_version: int = 0):
         memory.tune(memory.REPLICA_TRIM_THRESHOLD_BYTES)
+        configure_actor_logging()
         self.topic = topic
         self.partition = partition
         self.replica_id = replica_id
         self.directory = directory
         self.topic_id = topic_id
         self.cluster = ClusterConfig(**(cluster or {}))
-        self.config = TopicConfig.from_mapping(config)
         self._claim_directory()
+        # Ray restarts an actor with its creation arguments: a config altered since is on disk.
+        saved = _read_saved_config(directory)
+        if saved is not None and saved[0] > config_version:
+            config_version, config = saved
+        self.config = TopicConfig.from_mapping(config)
+        self._config_version = config_version
+        """The version of the topic config held (the controller counts its alterations)."""
+        opening = time.monotonic()
         self.log = PartitionLog(directory, self.config, on_roll=self._on_roll)
+        if not self.log.recovered_cleanly and (self.log.log_end_offset or self.log.stats.bytes_cut_by_recovery):
+            log_event(logger, "replica_recovery", topic=topic, partition=partition, replica=replica_id,
+                      bytes_cut=self.log.stats.bytes_cut_by_recovery, segments_scanned=self.log.stats.segments_recovered,
+                      log_end_offset=self.log.log_end_offset, ms=round((time.monotonic() - opening) * 1000, 1))
         self.log.sync_rolled_later = True
         self.log.cleaner.dedupe_buffer_bytes = self.cluster.log_cleaner_dedupe_buffer_size
         self.epochs = LeaderEpochCache(self.log.directory)
@@ -149,6 +166,7 @@ class PartitionReplica:
         self.replication_stats = {"follower_fetches_served": 0, "follower_bytes_served": 0,
                                   "fetches_as_follower": 0, "bytes_fetched_as_follower": 0}
         """Plain counters (bench/replication_bench.py reads them): replication's calls and bytes."""
+        self.metrics = ReplicaMetrics(topic, partition, replica_id)
 
     # --- start-up -------------------------------------------------------------------------
 
@@ -293,6 +311,40 @@ class PartitionReplica:
         self._ensure_started()
         await self._forever
 
+    async def set_config(self, config: dict, config_version: int) -> dict:
+        """Take the topic's altered config (ignored when older than the one held): retention, segment
+        size and time, cleanup policy, flush, max_message_bytes and min_insync_replicas apply to the
+        next produce, roll and maintenance run, and a maintenance run starts now, so a lowered
+        retention deletes old segments at once. The newest config is kept on disk for restarts."""
+        config = args.mapping("config", config)
+        config_version = args.integer("config_version", config_version, 0, args.INT32_MAX)
+        self._ensure_started()
+        self._apply_config(config, config_version)
+        return {"config_version": self._config_version, "config": self.config.to_dict()}
+
+    def _apply_config(self, config: dict, version: int) -> None:
+        if version <= self._config_version or self._deleted:
+            return
+        new = TopicConfig.from_mapping(config)
+        try:
+            files.write_text_value(self.log.directory / files.TOPIC_CONFIG_FILE, TOPIC_CONFIG_HEADER,
+                                   json.dumps({"version": version, "config": new.to_dict()}))
+        except OSError as exc:  # a full disk: applied in memory; after a restart the controller tells it again
+            logger.warning("%s-%d: cannot save the altered topic config: %s", self.topic, self.partition, exc)
+        compaction_starts = new.cleanup_policy == "compact" and self.config.cleanup_policy != "compact"
+        self.config = new
+        self._config_version = version
+        self.log.reconfigure(new)
+        logger.info("%s-%d replica %d: topic config version %d applied", self.topic, self.partition,
+                    self.replica_id, version)
+        if compaction_starts:
+            self._last_compaction = time.monotonic() - COMPACTION_INTERVAL_S
+        if self._started:
+            if self._maintenance_timer is not None:
+                self._maintenance_timer.cancel()
+            self._maintenance_timer = None
+            self._maintenance_due()  # retention as altered, now (then the next run is scheduled as usual)
+
     async def set_state(self, state: dict) -> dict:
         """Take the role the controller decided (ignored when older than the one held)."""
         self._ensure_started()
@@ -303,6 +355,8 @@ class PartitionReplica:
         if st.get("deleted"):
             self._become_none(NotLeaderForPartitionError(f"{self.topic}-{self.partition} was deleted"))
             return
+        if st.get("config") is not None:
+            self._apply_config(st["config"], st["config_version"])
         same_epoch = st["leader_epoch"] == self.state.leader_epoch
         if not self.state.is_newer(st["leader_epoch"], st["partition_epoch"]):
             return  # whatever the role: a late, older state must not make an offline replica lead again
@@ -348,7 +402,7 @@ class PartitionReplica:
             "log_end_offset": self.log.log_end_offset, "high_watermark": self.state.high_watermark,
             "latest_epoch": self.epochs.latest_epoch(), "replication": dict(self.replication_stats),
             "lease_ms_left": max(0, int((self._lease_until - time.monotonic()) * 1000)),
-            "follower_error": self._follower_error,
+            "follower_error": self._follower_error, "config_version": self._config_version,
         }
 
     # --- liveness: heartbeats, the lease, a silent controller --------------------------------
@@ -362,7 +416,12 @@ class PartitionReplica:
                 raise
             except Exception:  # noqa: BLE001 - a bug here must not end the heartbeats (the lease would lapse)
                 logger.exception("%s-%d replica %d: heartbeat failed", self.topic, self.partition, self.replica_id)
+            self._report_metrics()
             await asyncio.sleep(interval_s)
+
+    def _report_metrics(self) -> None:
+        self.metrics.report(self.log.log_end_offset, self.state.high_watermark, self.log.size_bytes,
+                            len(self.log.segments), self.state.follower_end if self.state.role == LEADER else None)
 
     async def _heartbeat_round(self, wait_s: float) -> None:
         """Send a heartbeat, unless one is still unanswered (a silent controller must not find a pile
@@ -375,7 +434,8 @@ class PartitionReplica:
                 return  # no controller registered (restarting): try again next round
             self._heartbeat_sent_at = time.monotonic()
             ref = controller.replica_heartbeat.remote(self.topic_id, self.partition, self.replica_id,
-                                                      self.state.leader_epoch, self.state.partition_epoch)
+                                                      self.state.leader_epoch, self.state.partition_epoch,
+                                                      self._config_version, high_watermark=self.state.high_watermark)
             self._heartbeat = asyncio.wrap_future(ref.future())
         heartbeat, sent_at = self._heartbeat, self._heartbeat_sent_at
         try:
@@ -439,9 +499,9 @@ class PartitionReplica:
 
         try:
             if await asyncio.to_thread(kill):
-                logger.warning("%s-%d replica %d: the controller (pid %s) answered no heartbeat for %d ms; "
-                               "restarted it", self.topic, self.partition, self.replica_id, pid,
-                               self.cluster.replica_session_timeout_ms)
+                log_event(logger, "controller_restarted", logging.WARNING, topic=self.topic, partition=self.partition,
+                          replica=self.replica_id, controller_pid=pid,
+                          silent_ms=self.cluster.replica_session_timeout_ms, reason="no_heartbeat_answer")
         except Exception:  # noqa: BLE001 - not registered (already restarting): nothing to kill
             pass
         self._controller = None
@@ -649,8 +709,12 @@ class PartitionReplica:
         self._needs_truncation = False
 
     def _truncate(self, offset: int) -> None:
+        cut_before, end_before = self.log.stats.bytes_cut_by_truncation, self.log.log_end_offset
         self.log.truncate_to(offset)
         end = self.log.log_end_offset
+        log_event(logger, "truncation", topic=self.topic, partition=self.partition, replica=self.replica_id,
+                  log_end_offset=end, records_cut=end_before - end,
+                  bytes_cut=self.log.stats.bytes_cut_by_truncation - cut_before, leader_epoch=self.state.leader_epoch)
         self.epochs.truncate_from_end(end)
         self.snapshots.truncate(end)
         self.producers = self.snapshots.load(self.log)
@@ -696,6 +760,7 @@ class PartitionReplica:
         With acks='all' (-1) the answer waits until every ISR member has the
         batch; below min_insync_replicas it fails with NotEnoughReplicasError.
         """
+        started = time.monotonic()
         records = args.buffer("records", records)
         acks = args.one_of("acks", acks, (-1, 0, 1))
         leader_epoch = args.optional_integer("leader_epoch", leader_epoch, -1, args.INT32_MAX)
@@ -717,6 +782,8 @@ class PartitionReplica:
             response = await self._append_idempotent(records, batch, pid, leader_epoch)
         if acks == -1:
             await self._wait_replicated(response[1] + 1, timeout_ms)
+        self.metrics.produced(0 if response[4] else response[1] - response[0] + 1, len(records),
+                              time.monotonic() - started)
         return response
 
     async def _append_idempotent(self, records, batch: RecordBatch, pid: int, leader_epoch: int | None) -> tuple:
@@ -803,6 +870,7 @@ class PartitionReplica:
 
     async def _fetch(self, offset: int, max_bytes: int, max_wait_ms: int, min_bytes: int, replica_id: int,
                      leader_epoch: int) -> tuple:
+        started = time.monotonic()
         offset = args.integer("offset", offset, 0)
         max_bytes = args.integer("max_bytes", max_bytes, 1, args.INT32_MAX)
         max_wait_ms = args.integer("max_wait_ms", max_wait_ms, 0, args.MAX_WAIT_MS)
@@ -839,6 +907,8 @@ class PartitionReplica:
         if follower:
             self.replication_stats["follower_fetches_served"] += 1
             self.replication_stats["follower_bytes_served"] += len(data)
+        else:
+            self.metrics.fetched(data, offset, time.monotonic() - started)
         return data, self.state.high_watermark, self.log.log_start_offset, self.log.log_end_offset
 
     # --- cross-language calls (the Spark connector's JVM) -------------------------------------
@@ -960,7 +1030,22 @@ def _checked_state(st) -> dict:
     handle = st["leader_handle"]
     if handle is not None and not hasattr(handle, "fetch"):
         raise InvalidRequestError(f"leader_handle must be a replica actor handle, got {type(handle).__name__}")
+    if st.get("config") is not None:
+        args.mapping("config", st["config"])
+        args.integer("config_version", st.get("config_version"), 0, args.INT32_MAX)
     return st
+
+
+def _read_saved_config(directory: str) -> tuple[int, dict] | None:
+    """(version, config) of the topic config this replica last saved, or None."""
+    text = files.read_text_value(Path(directory) / files.TOPIC_CONFIG_FILE)
+    if text is None:
+        return None
+    try:
+        saved = json.loads(text)
+        return int(saved["version"]), dict(saved["config"])
+    except (ValueError, KeyError, TypeError):
+        return None  # torn or foreign: the controller tells the current config again
 
 
 def _restarted() -> bool:

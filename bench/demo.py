@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import shutil
 import tempfile
@@ -88,11 +89,18 @@ def main() -> None:
 
     began = time.monotonic()
     data_root = tempfile.mkdtemp(prefix="raylog-demo-")
-    cluster = raylog.connect(data_root=data_root, num_cpus=2, cluster_config={"offsets_topic_num_partitions": 2})
+    # Ray's INFO start-up lines and its workers' output (RayDP's JVMs print Ray's native INFO lines)
+    # stay in Ray's log files, printed below; raylog's own events are in raylog.log there.
+    cluster = raylog.connect(data_root=data_root, num_cpus=2, cluster_config={"offsets_topic_num_partitions": 2},
+                             logging_level=logging.WARNING, log_to_driver=False)
     try:
         admin = cluster.admin()
         admin.create_topic(TOPIC, PARTITIONS)
         print(f"raylog on a local Ray: topic {TOPIC!r} with {PARTITIONS} partitions under {data_root}")
+        node = ray._private.worker.global_worker.node
+        if getattr(node, "webui_url", None):
+            print(f"Ray's dashboard: http://{node.webui_url}; metrics: http://127.0.0.1:{node.metrics_export_port}"
+                  f"/metrics (docs/metrics.md); logs: {node.get_logs_dir_path()}")
         with spark_bridge.session(app_name="raylog-demo") as spark:
             print(f"Spark through RayDP up after {time.monotonic() - began:.0f}s")
             spark.sparkContext.setLogLevel("ERROR")

@@ -2,6 +2,7 @@
 
     import raylog
     cluster = raylog.connect()
+    # or, as in kafka-python: raylog.KafkaProducer(), raylog.KafkaConsumer("events", group_id="g")
     cluster.admin().create_topic("events", num_partitions=3)
     producer = cluster.producer()
     producer.send("events", b"hello", key=b"k").get(timeout=10)
@@ -22,6 +23,14 @@ _EXPORTS = {
     "Consumer": "raylog.consumer",
     "AdminClient": "raylog.admin",
     "NewTopic": "raylog.admin",
+    "NewPartitions": "raylog.admin",
+    "OffsetSpec": "raylog.admin",
+    "OffsetTimestamp": "raylog.admin",
+    "AdminConfig": "raylog.config",
+    "ConfigResource": "raylog.topic_configs",
+    "ConfigResourceType": "raylog.topic_configs",
+    "AlterConfigOp": "raylog.topic_configs",
+    "ConfigEntry": "raylog.topic_configs",
     "ColumnBatch": "raylog.consumer.column_batch",
     "TopicConfig": "raylog.config",
     "ProducerConfig": "raylog.config",
@@ -45,12 +54,19 @@ _EXPORTS.update({name: "raylog.errors" for name in (
     "NonEmptyGroupError", "CoordinatorNotAvailableError", "OutOfOrderSequenceError", "ActorCallError",
     "DuplicateSequenceError", "OffsetNotAvailableError", "KafkaStorageError", "InvalidRequestError",
     "ControllerNotAvailableError", "ClusterNotAvailableError", "TopicCreationIncompleteError",
+    "KafkaError", "NoBrokersAvailable",
 )})
 
-__all__ = sorted(_EXPORTS)
+_ALIASES = {"KafkaProducer": "Producer", "KafkaConsumer": "Consumer", "KafkaAdminClient": "AdminClient"}
+"""kafka-python's class names: porting a kafka-python program is an import change."""
+
+__all__ = sorted([*_EXPORTS, *_ALIASES])
 
 
 def __getattr__(name: str):
+    if name in _ALIASES:
+        value = globals()[name] = __getattr__(_ALIASES[name])
+        return value
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'raylog' has no attribute {name!r}")

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping
+from enum import IntEnum
+from types import MappingProxyType
+from typing import Any, Callable, Iterable, Mapping
 
 import ray
 
-from raylog import ray_calls
-from raylog.config import TopicConfig
+from raylog import ray_calls, topic_configs
+from raylog.config import AdminConfig, TopicConfig, client_config, split_topic_configs
 from raylog.errors import (
     GroupIdNotFoundError, InvalidConfigError, InvalidGroupIdError, InvalidOffsetError, RaylogError,
     InvalidPartitionError, ReplicaNotAvailableError,
@@ -18,7 +21,12 @@ from raylog.errors import (
 from raylog.naming import is_count, validate_topic_name, validate_topic_shape
 from raylog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TopicDescription
 from raylog.records import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from raylog.topic_configs import (  # noqa: F401 - ConfigResource and friends re-exported, as kafka.admin does
+    AlterConfigOp, ConfigEntry, ConfigResource, ConfigResourceType,
+)
 
+
+_NO_CONFIGS: Mapping[str, Any] = MappingProxyType({})
 
 PROGRESS_INTERVAL_S = 0.5
 """How often a waiting create_topics asks the controller how many replicas have started."""
@@ -28,44 +36,104 @@ PROGRESS_INTERVAL_S = 0.5
 class NewTopic:
     name: str
     num_partitions: int = 1
+    """-1: the cluster's num_partitions (kafka-python's 'broker default')."""
     replication_factor: int = 1
+    """-1: the cluster's default_replication_factor."""
     topic_configs: Mapping = field(default_factory=dict)
-    """Kafka topic configs, e.g. {'retention.ms': 60000} or {'retention_ms': 60000}."""
+    """Kafka topic configs, e.g. {'retention.ms': '60000'} or {'retention_ms': 60000}."""
+    replica_assignments: Mapping | None = None
+    """kafka-python's; raylog places replicas itself (alter_partition_reassignments moves them),
+    so only an empty assignment is accepted."""
+
+
+@dataclass(frozen=True)
+class NewPartitions:
+    """kafka-python's create_partitions value: the topic's new total partition count."""
+
+    total_count: int
+    new_assignments: list | None = None
+    """kafka-python's; only None is accepted (raylog places new partitions itself)."""
+
+
+class OffsetSpec(IntEnum):
+    """kafka-python's offset specs for list_partition_offsets and reset_group_offsets."""
+
+    LATEST = LATEST_TIMESTAMP
+    EARLIEST = EARLIEST_TIMESTAMP
+
+
+class OffsetTimestamp(int):
+    """A time in ms as an offset spec: the first offset whose timestamp is at or after it."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"OffsetTimestamp({int(self)})"
 
 
 class AdminClient:
-    def __init__(self, cluster=None):
+    """Topics, partitions, configs, offsets and consumer groups (kafka-python's KafkaAdminClient;
+    every KafkaAdminClient config key is accepted, see AdminConfig and IGNORED_CLIENT_KEYS)."""
+
+    def __init__(self, cluster=None, **configs):
         from raylog.cluster import default_cluster
 
+        self.config: AdminConfig = client_config(AdminConfig, configs)
         self._cluster = cluster or default_cluster()
         self._controller = self._cluster.controller
-        self._timeout_s = self._cluster.config.request_timeout_ms / 1000
+        self._timeout_s = self.config.request_timeout_ms / 1000
 
     def _call(self, ref):
         return ray_calls.get(ref, self._timeout_s)
 
-    def create_topics(self, new_topics: Iterable[NewTopic],
+    def create_topics(self, new_topics, timeout_ms: int | None = None, validate_only: bool = False,
+                      raise_errors: bool = True, wait_for_metadata: bool = False,
                       progress: Callable[[str, int, int], None] | None = None) -> list[TopicDescription]:
         """Create each topic, waiting as long as its replicas keep starting (a replica process takes
         about a second of CPU, so hundreds take minutes on a small machine); ``progress(name,
-        started, total)`` is called as they do. Raises TopicAlreadyExistsError, InvalidTopicError,
-        InvalidConfigError, InvalidPartitionError, InvalidReplicationFactorError, and
-        TopicCreationIncompleteError when replicas stop starting (creating it again finishes it)."""
+        started, total)`` is called as they do. ``new_topics`` is what kafka-python 3.x takes: a
+        list of names, a dict {name: {num_partitions, replication_factor, configs}} (-1 or absent:
+        the cluster's defaults), or NewTopic objects. ``validate_only`` checks without creating;
+        with ``raise_errors=False`` a topic that fails is skipped and the rest are created.
+        ``timeout_ms`` and ``wait_for_metadata`` are kafka-python's: creation always returns once
+        every replica runs. Returns the created topics' descriptions.
+
+        Raises TopicAlreadyExistsError, InvalidTopicError, InvalidConfigError,
+        InvalidPartitionError, InvalidReplicationFactorError, and TopicCreationIncompleteError
+        when replicas stop starting (creating it again finishes it)."""
+        topics = [self._new_topic(t) for t in _topic_specs(new_topics)]
+        if validate_only:
+            return []
         created = []
-        for t in new_topics:
-            validate_topic_name(t.name)
-            validate_topic_shape(t.num_partitions, t.replication_factor)
-            TopicConfig.from_mapping(t.topic_configs)  # reject bad configs before any call
-            ref = self._controller.create_topic.remote(t.name, t.num_partitions, t.replication_factor,
-                                                       dict(t.topic_configs))
-            created.append(self._await_creation(ref, t.name, progress))
+        for t in topics:
+            try:
+                ref = self._controller.create_topic.remote(t.name, t.num_partitions, t.replication_factor,
+                                                           dict(t.topic_configs))
+                created.append(self._await_creation(ref, t.name, progress))
+            except RaylogError:
+                if raise_errors:
+                    raise
             self._cluster.metadata.invalidate(t.name)
         return created
+
+    def _new_topic(self, t: NewTopic) -> NewTopic:
+        """``t`` with the cluster's defaults for -1, validated (nothing reaches the controller otherwise)."""
+        cluster = self._cluster.config
+        if t.replica_assignments:
+            raise InvalidConfigError(f"topic {t.name!r}: replica_assignments are not supported; raylog places "
+                                     "replicas (alter_partition_reassignments moves them once created)")
+        t = NewTopic(t.name, cluster.num_partitions if t.num_partitions == -1 else t.num_partitions,
+                     cluster.default_replication_factor if t.replication_factor == -1 else t.replication_factor,
+                     dict(t.topic_configs or {}))
+        validate_topic_name(t.name)
+        validate_topic_shape(t.num_partitions, t.replication_factor)
+        TopicConfig.from_mapping(t.topic_configs)
+        return t
 
     def create_topic(self, name: str, num_partitions: int = 1, replication_factor: int = 1,
                      progress: Callable[[str, int, int], None] | None = None, **topic_configs) -> TopicDescription:
         """Shorthand for one topic: create_topic('events', 3, retention_ms=60000)."""
-        return self.create_topics([NewTopic(name, num_partitions, replication_factor, topic_configs)], progress)[0]
+        return self.create_topics([NewTopic(name, num_partitions, replication_factor, topic_configs)], progress=progress)[0]
 
     def _await_creation(self, ref, name: str, progress: Callable[[str, int, int], None] | None):
         """The controller's answer to a creation, waited for while replicas keep starting: after
@@ -112,11 +180,133 @@ class AdminClient:
         names = self.list_topics() if names is None else [validate_topic_name(n) for n in names]
         return [self._call(self._controller.describe_topic.remote(n)) for n in names]
 
-    def create_partitions(self, new_totals: Mapping[str, int],
+    # --- topic configs (Kafka's DescribeConfigs and (Incremental)AlterConfigs) ----------------------
+
+    def describe_topic_config(self, topic: str) -> list[ConfigEntry]:
+        """Every config of ``topic``: its value in Kafka's string form and where it comes from
+        (DYNAMIC_TOPIC_CONFIG when set at creation or altered, else DEFAULT_CONFIG). Kafka configs
+        raylog does not implement are listed read-only at Kafka's default."""
+        answer = self._call(self._controller.topic_config.remote(validate_topic_name(topic)))
+        return topic_configs.describe(answer["config"], answer["overrides"])
+
+    def alter_topic_config(self, topic: str, set: Mapping[str, Any] = _NO_CONFIGS, delete: Iterable[str] = (),
+                           validate_only: bool = False) -> list[ConfigEntry]:
+        """SET the configs in ``set`` and DELETE (return to the default) those named in ``delete``,
+        keeping the others (Kafka's IncrementalAlterConfigs). The whole resulting config is validated
+        first (InvalidConfigError, nothing applied); with ``validate_only`` nothing is applied either.
+        The controller persists the change and the topic's live replicas apply it before this
+        returns (replicas that are down get it when they are back). Returns the new entries."""
+        return self._alter_config(topic, dict(set), list(delete), validate_only, replace=False)
+
+    def _alter_config(self, topic: str, set_values: dict, delete: list, validate_only: bool, replace: bool
+                      ) -> list[ConfigEntry]:
+        validate_topic_name(topic)
+        _, ignored = split_topic_configs(set_values)  # bad keys and values fail here, before any call
+        topic_configs.check_names(delete)
+        if ignored:
+            logging.getLogger("raylog.config").warning(
+                "topic configs %s are Kafka's but raylog does not implement them: accepted and ignored",
+                ", ".join(ignored))
+        answer = self._call(self._controller.alter_topic_config.remote(topic, set_values, delete, validate_only,
+                                                                       replace))
+        self._cluster.metadata.invalidate(topic)
+        return topic_configs.describe(answer["config"], answer["overrides"])
+
+    def describe_configs(self, config_resources: Iterable[ConfigResource], include_synonyms: bool = False,
+                         config_filter: str = "modified") -> dict:
+        """kafka-python's describe_configs: {'topic': {name: {key: {'value', 'read_only',
+        'config_source', 'is_sensitive', 'synonyms', 'config_type', 'documentation'}}}}. A resource's
+        ``configs`` (keys) selects which; None selects all. ``config_filter``: 'modified' (the set
+        ones, kafka-python's default), 'dynamic' (the alterable ones), 'default', 'static' (none:
+        a topic has no static configs) or 'all'. ``include_synonyms``: topics have none."""
+        wanted = str(getattr(config_filter, "name", config_filter)).lower()
+        if wanted not in ("all", "dynamic", "modified", "default", "static"):
+            raise InvalidConfigError(f"config_filter must be all, dynamic, modified, default or static, "
+                                     f"got {config_filter!r}")
+        out: dict = {}
+        for resource in config_resources:
+            name = resource.topic()
+            keys = None if resource.configs is None else set(resource.configs)
+            described = {}
+            for entry in self.describe_topic_config(name):
+                modified = entry.source == topic_configs.DYNAMIC_TOPIC_CONFIG
+                if (keys is not None and entry.name not in keys) or wanted == "static" \
+                        or (wanted == "modified" and not modified) or (wanted == "default" and modified) \
+                        or (wanted == "dynamic" and entry.read_only):
+                    continue
+                described[entry.name] = {
+                    "value": entry.value, "read_only": entry.read_only, "config_source": entry.source,
+                    "is_sensitive": False, "synonyms": [], "config_type": topic_configs.kafka_type(entry.name),
+                    "documentation": entry.documentation}
+            out.setdefault("topic", {})[name] = described
+        return out
+
+    def alter_configs(self, config_resources: Iterable[ConfigResource], validate_only: bool = False,
+                      raise_on_unknown: bool = True, incremental: bool | None = None) -> dict:
+        """kafka-python's alter_configs: each resource's ``configs`` is {key: value} or {key: (op,
+        value)} with an AlterConfigOp (or its name). Incremental (None or True; kafka-python's choice
+        against a Kafka that has IncrementalAlterConfigs): SET/DELETE/APPEND/SUBTRACT those keys and
+        keep the rest. ``incremental=False`` is Kafka's legacy AlterConfigs: the given configs
+        replace every set one (the others return to their defaults). Returns {'topic': {name: 'OK'
+        or the error}}; with ``raise_on_unknown`` an unknown key raises InvalidConfigError first."""
+        out: dict = {}
+        for resource in config_resources:
+            name = resource.topic()
+            configs = dict(resource.configs or {})
+            if raise_on_unknown:
+                topic_configs.check_names(configs)
+            try:
+                if incremental is False:
+                    self._alter_config(name, topic_configs.legacy_values(configs), [], validate_only, replace=True)
+                else:
+                    current = self._call(self._controller.topic_config.remote(validate_topic_name(name)))["config"]
+                    set_values, delete = topic_configs.incremental_ops(configs, current)
+                    self._alter_config(name, set_values, delete, validate_only, replace=False)
+                result = "OK"
+            except RaylogError as exc:
+                if exc.retriable:
+                    raise
+                result = f"{type(exc).__name__}: {exc}"
+            out.setdefault("topic", {})[name] = result
+        return out
+
+    def incremental_alter_configs(self, config_resources: Iterable[ConfigResource],
+                                  validate_only: bool = False) -> dict:
+        """Kafka's IncrementalAlterConfigs: alter_configs with ``incremental=True``."""
+        return self.alter_configs(config_resources, validate_only, raise_on_unknown=True, incremental=True)
+
+    def reset_configs(self, config_resources: Iterable[ConfigResource], validate_only: bool = False,
+                      raise_on_unknown: bool = True, incremental: bool | None = None) -> dict:
+        """kafka-python's reset_configs: return the keys in each resource's ``configs`` (a list, or a
+        dict whose values are ignored; every set one when empty) to their defaults."""
+        resets = []
+        for resource in config_resources:
+            keys = list(resource.configs or [])
+            if not keys:
+                keys = [e.name for e in self.describe_topic_config(resource.topic())
+                        if e.source == topic_configs.DYNAMIC_TOPIC_CONFIG]
+            resets.append(ConfigResource(resource.resource_type, resource.name,
+                                         {k: (AlterConfigOp.DELETE, None) for k in keys}))
+        return self.alter_configs(resets, validate_only, raise_on_unknown, incremental=True)
+
+    def create_partitions(self, new_totals: Mapping[str, int | NewPartitions], timeout_ms: int | None = None,
+                          validate_only: bool = False, raise_errors: bool = True,
                           progress: Callable[[str, int, int], None] | None = None) -> None:
-        """Grow each topic to the given partition count (partitions are never removed), waiting as
-        create_topics does."""
+        """Grow each topic to the given partition count, an int or kafka-python's NewPartitions
+        (partitions are never removed), waiting as create_topics does."""
+        totals = {}
         for name, total in new_totals.items():
+            if isinstance(total, NewPartitions):
+                if total.new_assignments:
+                    raise InvalidConfigError("new_assignments are not supported; raylog places new partitions")
+                total = total.total_count
+            totals[name] = total
+        for name, total in totals.items():
+            if not is_count(total):
+                raise InvalidPartitionError(f"topic {name!r} cannot grow to {total!r} partitions")
+        if validate_only:
+            return
+        for name, total in totals.items():
             if not is_count(total):
                 raise InvalidPartitionError(f"topic {name!r} cannot grow to {total!r} partitions")
             ref = self._controller.create_partitions.remote(validate_topic_name(name), total)
@@ -287,13 +477,16 @@ class AdminClient:
                 "members": [{"member_id": m, "lag": lag} for m, lag in sorted(per_member.items())],
                 "total_lag": sum(r["lag"] if r["lag"] is not None else r["end_offset"] for r in rows)}
 
-    def reset_consumer_group_offsets(self, group_id: str, topics: Iterable[str], *, to: str | None = None,
-                                     timestamp_ms: int | None = None, shift_by: int | None = None,
-                                     offsets: Mapping[TopicPartition, int] | None = None) -> dict[TopicPartition, int]:
+    def reset_consumer_group_offsets(self, group_id: str, topics: Iterable[str | TopicPartition], *,
+                                     to: str | None = None, timestamp_ms: int | None = None,
+                                     shift_by: int | None = None, offsets: Mapping[TopicPartition, int] | None = None,
+                                     dry_run: bool = False) -> dict[TopicPartition, int]:
         """Move a group's committed offsets, as kafka-consumer-groups --reset-offsets: ``to`` "earliest"
         or "latest", a ``timestamp_ms`` (the first offset at or after it, else the end), a
         ``shift_by`` N from the committed offset (clamped to the log), or explicit ``offsets``.
-        Only while the group has no members (NonEmptyGroupError). Returns the new offsets."""
+        ``topics`` holds names (every partition) and TopicPartitions (that one). Only while the
+        group has no members (NonEmptyGroupError). Returns the new offsets; with ``dry_run`` they
+        are computed and nothing is changed."""
         chosen = [x is not None for x in (to, timestamp_ms, shift_by, offsets)]
         if sum(chosen) != 1:
             raise InvalidConfigError("reset_consumer_group_offsets takes exactly one of to, timestamp_ms, shift_by, offsets")
@@ -301,8 +494,14 @@ class AdminClient:
             raise InvalidConfigError(f"to must be 'earliest' or 'latest', got {to!r}")
         tps = []
         for topic in topics:
-            n = len(self.describe_topics([validate_topic_name(topic)])[0].partitions)
-            tps += [TopicPartition(topic, p) for p in range(n)]
+            name = topic if isinstance(topic, str) else topic[0]
+            n = len(self.describe_topics([validate_topic_name(name)])[0].partitions)
+            if isinstance(topic, str):
+                tps += [TopicPartition(topic, p) for p in range(n)]
+            elif not (isinstance(topic[1], int) and 0 <= topic[1] < n):
+                raise UnknownTopicOrPartitionError(f"topic {name!r} has no partition {topic[1]!r} ({n} partitions)")
+            else:
+                tps.append(TopicPartition(name, topic[1]))
         if offsets is not None:
             target = {TopicPartition(*tp): o for tp, o in offsets.items()}
             for tp, o in target.items():
@@ -321,8 +520,9 @@ class AdminClient:
             starts, ends = self.beginning_offsets(tps), self.end_offsets(tps)
             target = {tp: min(max(committed[tp].offset + shift_by if tp in committed else starts[tp], starts[tp]),
                               ends[tp]) for tp in tps}
-        payload = [[tp.topic, tp.partition, o] for tp, o in target.items()]
-        self._call(self._coordinator(group_id).reset_offsets.remote(group_id, payload))
+        if not dry_run:
+            payload = [[tp.topic, tp.partition, o] for tp, o in target.items()]
+            self._call(self._coordinator(group_id).reset_offsets.remote(group_id, payload))
         return target
 
     def delete_consumer_groups(self, group_ids: Iterable[str]) -> None:
@@ -330,5 +530,114 @@ class AdminClient:
         for g in group_ids:
             self._call(self._coordinator(g).delete_group.remote(g))
 
+    # --- kafka-python 3.x names ---------------------------------------------------------------
+
+    def delete_groups(self, group_ids: Iterable[str]) -> dict[str, None]:
+        """kafka-python 3.x's delete_consumer_groups: {group_id: None} once deleted."""
+        group_ids = list(group_ids)
+        self.delete_consumer_groups(group_ids)
+        return {g: None for g in group_ids}
+
+    def list_groups(self, broker_ids=None, states_filter: Iterable[str] | None = None,
+                    types_filter=None) -> list[dict]:
+        """kafka-python 3.x: every group as {group_id, group_state, group_type ('consumer'),
+        protocol_type ('consumer'), member_count}; ``states_filter`` keeps the given states
+        (case-insensitive)."""
+        wanted = None if states_filter is None else {str(s).lower().replace("_", "").replace("-", "")
+                                                     for s in states_filter}
+        out = []
+        for g in self.list_consumer_groups():
+            state = str(g.get("state", ""))
+            if wanted is not None and state.lower().replace("_", "").replace("-", "") not in wanted:
+                continue
+            out.append({**g, "group_state": state, "group_type": "consumer", "protocol_type": "consumer"})
+        return out
+
+    def describe_groups(self, group_ids: Iterable[str], group_coordinator_id=None,
+                        include_authorized_operations: bool = False) -> dict[str, dict]:
+        """kafka-python 3.x: {group_id: description} (describe_consumer_groups' dicts)."""
+        group_ids = list(group_ids)
+        return dict(zip(group_ids, self.describe_consumer_groups(group_ids)))
+
+    def list_group_offsets(self, group_specs) -> dict[str, dict[TopicPartition, OffsetAndMetadata]]:
+        """kafka-python 3.x: committed offsets of several groups; ``group_specs`` is a group id, a
+        list of them, or {group_id: [TopicPartition, ...] or None (all)}."""
+        if isinstance(group_specs, str):
+            group_specs = {group_specs: None}
+        elif not isinstance(group_specs, Mapping):
+            group_specs = {g: None for g in group_specs}
+        return {g: self.list_consumer_group_offsets(g, parts) for g, parts in group_specs.items()}
+
+    def alter_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
+                            group_coordinator_id=None) -> dict[TopicPartition, None]:
+        """kafka-python 3.x: set a group's committed offsets (only while it has no members:
+        NonEmptyGroupError). Returns {TopicPartition: None} (kafka-python's NoError)."""
+        target = {}
+        for tp, value in offsets.items():
+            offset = value.offset if isinstance(value, OffsetAndMetadata) else value
+            if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+                raise InvalidOffsetError(f"offset for {tp} must be an int >= 0, got {value!r}")
+            target[TopicPartition(*tp)] = offset
+        self._call(self._coordinator(group_id).reset_offsets.remote(
+            group_id, [[tp.topic, tp.partition, o] for tp, o in target.items()]))
+        return {tp: None for tp in target}
+
+    def reset_group_offsets(self, group_id: str, offset_specs: Mapping[TopicPartition, int],
+                            group_coordinator_id=None) -> dict[TopicPartition, dict]:
+        """kafka-python 3.x: per partition an OffsetSpec (EARLIEST, LATEST), an OffsetTimestamp (the
+        first offset at or after it, else the end) or an int offset, clamped to the log; only while
+        the group has no members. Returns {TopicPartition: {'error': None, 'offset': committed}}."""
+        specs = {TopicPartition(*tp): spec for tp, spec in offset_specs.items()}
+        resolved = self.list_partition_offsets(
+            {tp: spec for tp, spec in specs.items() if isinstance(spec, (OffsetSpec, OffsetTimestamp))})
+        starts, ends = self.beginning_offsets(specs), self.end_offsets(specs)
+        target = {}
+        for tp, spec in specs.items():
+            if isinstance(spec, (OffsetSpec, OffsetTimestamp)):
+                found = resolved.get(tp)
+                offset = ends[tp] if found is None else found.offset
+            elif isinstance(spec, int) and not isinstance(spec, bool):
+                offset = spec
+            else:
+                raise InvalidOffsetError(f"offset spec for {tp} must be an OffsetSpec, OffsetTimestamp or int, got {spec!r}")
+            target[tp] = min(max(offset, starts[tp]), ends[tp])
+        self.alter_group_offsets(group_id, target)
+        return {tp: {"error": None, "offset": o} for tp, o in target.items()}
+
+    def delete_group_offsets(self, group_id: str, partitions: Iterable[TopicPartition],
+                             group_coordinator_id=None) -> dict[TopicPartition, None]:
+        """kafka-python 3.x: delete a group's committed offsets of these partitions (only while it
+        has no members). Returns {TopicPartition: None}."""
+        tps = [TopicPartition(*tp) for tp in partitions]
+        self._call(self._coordinator(group_id).reset_offsets.remote(
+            group_id, [[tp.topic, tp.partition, None] for tp in tps]))
+        return {tp: None for tp in tps}
+
+    def list_partition_offsets(self, topic_partition_specs: Mapping[TopicPartition, int],
+                               isolation_level: str = "read_uncommitted",
+                               timeout_ms: int | None = None) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """kafka-python 3.x's list_offsets: per partition an OffsetSpec (EARLIEST, LATEST) or a time
+        in ms (OffsetTimestamp or int). None where no record is that recent."""
+        if str(getattr(isolation_level, "name", isolation_level)).lower() not in ("read_uncommitted", "0"):
+            raise InvalidConfigError("isolation_level must be read_uncommitted (raylog has no transactions yet)")
+        return self.list_offsets({TopicPartition(*tp): int(spec) for tp, spec in topic_partition_specs.items()})
+
     def close(self) -> None:
         """Nothing to release: the admin client holds only handles."""
+
+
+def _topic_specs(new_topics) -> list[NewTopic]:
+    """kafka-python 3.x's create_topics argument as NewTopics."""
+    if isinstance(new_topics, (str, NewTopic)):
+        new_topics = [new_topics]
+    if isinstance(new_topics, Mapping):
+        out = []
+        for name, options in new_topics.items():
+            options = dict(options or {})
+            unknown = set(options) - {"num_partitions", "replication_factor", "assignments", "configs"}
+            if unknown:
+                raise InvalidConfigError(f"topic {name!r}: unknown create_topics options {sorted(unknown)}")
+            out.append(NewTopic(name, options.get("num_partitions", -1), options.get("replication_factor", -1),
+                                options.get("configs") or {}, options.get("assignments")))
+        return out
+    return [NewTopic(t, -1, -1) if isinstance(t, str) else t for t in new_topics]

@@ -32,6 +32,17 @@ Measured here (bench/replication_bench.py on 3 simulated nodes): RF=3 acks='all'
 records/s, RF=1 0.90 M -> 1.21 M, the raylets' CPU 2.0 s -> 0.08 s per million records."""
 
 
+DASHBOARD_ENV = "RAYLOG_INCLUDE_DASHBOARD"
+"""Set to 0 (or false, no, off) and a Ray that connect() starts runs without its dashboard."""
+
+
+def dashboard_default() -> bool:
+    """Whether a Ray that connect() starts runs Ray's dashboard (on loopback): yes unless
+    RAYLOG_INCLUDE_DASHBOARD says no. The dashboard's agents also serve Ray's metrics endpoint
+    (raylog's metrics, docs/metrics.md); what they cost is measured in docs/performance.md."""
+    return os.environ.get(DASHBOARD_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
 class Cluster:
     """A connection to raylog on a Ray cluster: hands out producers, consumers and the admin client."""
 
@@ -52,10 +63,31 @@ class Cluster:
 
         return Consumer(*topics, cluster=self, **configs)
 
-    def admin(self):
+    def admin(self, **configs):
+        """An AdminClient with AdminConfig settings (kafka-python names)."""
         from raylog.admin import AdminClient
 
-        return AdminClient(cluster=self)
+        return AdminClient(cluster=self, **configs)
+
+    def auto_creator(self, asked: bool | None):
+        """What a client calls with a topic it does not find: a function creating it with the
+        cluster's defaults when the cluster and the client's allow_auto_create_topics (``asked``)
+        both allow it, else None (see ClusterConfig.auto_create_topics_enable)."""
+        enabled = self.config.auto_create_topics_enable
+        if asked is False or enabled is False or (enabled is None and asked is not True):
+            return None
+        return self._auto_create
+
+    def _auto_create(self, topic: str) -> None:
+        from raylog.errors import TopicAlreadyExistsError
+
+        admin = self.admin()
+        live = len(admin.describe_cluster().get("nodes", ())) or 1
+        try:
+            admin.create_topic(topic, self.config.num_partitions, min(self.config.default_replication_factor, live))
+            logger.info("event=auto_create_topic topic=%s partitions=%d", topic, self.config.num_partitions)
+        except TopicAlreadyExistsError:
+            pass  # another client created it first
 
 
 _default: Cluster | None = None
@@ -68,7 +100,9 @@ def connect(address: str | None = None, *, namespace: str = "raylog", data_root:
     to raylog's controller, starting it on Ray's head node if none runs yet. An address where no
     Ray answers raises ClusterNotAvailableError naming it.
 
-    A local Ray started here listens on loopback only. ``data_root`` and ``cluster_config`` (more
+    A local Ray started here listens on loopback only and runs Ray's dashboard, whose agents export
+    raylog's metrics (docs/metrics.md); ``include_dashboard=False`` or RAYLOG_INCLUDE_DASHBOARD=0
+    turns it off. ``data_root`` and ``cluster_config`` (more
     ClusterConfig fields, e.g. {"replica_lag_time_max_ms": 5000}) apply when this call starts the
     controller; a running controller keeps the settings it was started with.
     """
@@ -76,7 +110,8 @@ def connect(address: str | None = None, *, namespace: str = "raylog", data_root:
     if not ray.is_initialized():
         # With this set, every listener of a local Ray binds 127.0.0.1 (DESIGN.md, checked with ss).
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-        ray_init_kwargs.setdefault("include_dashboard", False)
+        ray_init_kwargs.setdefault("include_dashboard", dashboard_default())
+        ray_init_kwargs.setdefault("dashboard_host", "127.0.0.1")
         ray_init_kwargs.setdefault("log_to_driver", True)
         address = _ray_address(address, min(request_timeout_ms / 1000, PROBE_TIMEOUT_S))
         if address == "local":

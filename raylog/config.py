@@ -10,6 +10,10 @@ only read them.
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import difflib
+import logging
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping, TypeVar
 
@@ -42,8 +46,70 @@ def config_from_mapping(cls: type[C], values: Mapping[str, Any] | None = None, *
     known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = sorted(set(merged) - known)
     if unknown:
-        raise InvalidConfigError(f"unknown {cls.__name__} keys: {', '.join(unknown)}")
+        hints = []
+        for key in unknown:
+            close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.7)
+            hints.append(f"{key} (did you mean {close[0]!r}?)" if close else key)
+        raise InvalidConfigError(f"unknown {cls.__name__} keys: {', '.join(hints)}")
     return cls(**merged)
+
+
+_NETWORK_KEYS = frozenset({
+    "bootstrap_servers", "bootstrap_timeout_ms", "api_version", "client_dns_lookup", "connections_max_idle_ms",
+    "reconnect_backoff_ms", "reconnect_backoff_max_ms", "receive_buffer_bytes", "send_buffer_bytes",
+    "receive_message_max_bytes", "socket_options", "selector", "kafka_client", "proxy_url", "socks5_proxy",
+    "security_protocol", "ssl_context", "ssl_check_hostname", "ssl_cafile", "ssl_certfile", "ssl_keyfile",
+    "ssl_crlfile", "ssl_password", "ssl_ciphers", "sasl_mechanism", "sasl_plain_username", "sasl_plain_password",
+    "sasl_kerberos_name", "sasl_kerberos_service_name", "sasl_kerberos_domain_name", "sasl_oauth_token_provider",
+    "metric_reporters", "metrics_num_samples", "metrics_sample_window_ms",
+})
+"""kafka-python settings of the network, security and metrics-reporting layers: raylog's clients
+call actors through Ray (Ray owns connections and their security), so these mean nothing here."""
+
+IGNORED_CLIENT_KEYS: dict[str, frozenset[str]] = {
+    "ProducerConfig": _NETWORK_KEYS | {"transaction_timeout_ms"},
+    "ConsumerConfig": _NETWORK_KEYS | {
+        "client_rack", "enable_incremental_fetch_sessions", "max_in_flight_requests_per_connection",
+        "metric_group_prefix", "partition_assignment_strategy"},
+    "AdminConfig": _NETWORK_KEYS | {"retry_backoff_ms", "metadata_max_age_ms", "max_in_flight_requests_per_connection"},
+}
+"""Per client config, the kafka-python keys accepted and ignored (with one warning naming them):
+the network layer's, plus each client's own that raylog has no counterpart for (the consumer's
+partition_assignment_strategy: assignment is the coordinator's, see group_remote_assignor)."""
+
+
+def client_config(cls: type[C], values: Mapping[str, Any] | None = None) -> C:
+    """Build a client config from kafka-python's keyword arguments: keys in
+    IGNORED_CLIENT_KEYS are dropped with one warning naming them, unknown keys raise."""
+    values = {str(k).replace(".", "_"): v for k, v in (values or {}).items()}
+    ignored = sorted(set(values) & IGNORED_CLIENT_KEYS.get(cls.__name__, frozenset()))
+    if ignored:
+        logging.getLogger("raylog.config").warning(
+            "%s: ignoring kafka-python settings that mean nothing inside Ray (Ray connects the clients to "
+            "raylog's actors): %s", cls.__name__, ", ".join(ignored))
+        for key in ignored:
+            del values[key]
+    return config_from_mapping(cls, values)
+
+
+def _unbounded(obj: Any, name: str, bound: int | None) -> None:
+    """kafka-python spells 'no limit' float('inf'); raylog's fields are ints (or None)."""
+    if getattr(obj, name) == float("inf"):
+        object.__setattr__(obj, name, bound)
+
+
+@dataclass(frozen=True, slots=True)
+class AdminConfig:
+    """kafka-python's KafkaAdminClient settings that raylog implements."""
+
+    client_id: str = "raylog-admin"
+    """Names this client in raylog's logs."""
+    request_timeout_ms: int = 30_000
+    """Bound on each admin call."""
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.client_id, str) and bool(self.client_id), "client_id must be a non-empty string")
+        _check_int(self, "request_timeout_ms", 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,11 +172,110 @@ class TopicConfig:
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any] | None = None, **kwargs: Any) -> "TopicConfig":
-        """Build from Kafka-style keys, e.g. {'retention.ms': 1000}; unknown keys raise."""
-        return config_from_mapping(cls, values, **kwargs)
+        """Build from Kafka's topic config keys ('retention.ms' or 'retention_ms') with values as
+        Kafka's ConfigDef parses them (60000 or "60000", True or "true"). Kafka keys raylog does not
+        implement (KAFKA_ONLY_TOPIC_CONFIGS) are dropped with one warning naming them; any other
+        unknown key raises InvalidConfigError naming the nearest known one."""
+        fields, ignored = split_topic_configs({**(values or {}), **kwargs})
+        if ignored:
+            logging.getLogger("raylog.config").warning(
+                "topic configs %s are Kafka's but raylog does not implement them: accepted and ignored",
+                ", ".join(ignored))
+        return cls(**fields)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+TOPIC_CONFIG_TYPES: dict[str, str] = {
+    "cleanup_policy": "LIST", "segment_bytes": "INT", "segment_ms": "LONG", "segment_index_bytes": "INT",
+    "index_interval_bytes": "INT", "retention_ms": "LONG", "retention_bytes": "LONG", "max_message_bytes": "INT",
+    "flush_messages": "LONG", "flush_ms": "LONG", "message_timestamp_type": "STRING",
+    "delete_retention_ms": "LONG", "min_insync_replicas": "INT", "unclean_leader_election_enable": "BOOLEAN",
+}
+"""Kafka's ConfigDef type of each TopicConfig field; it decides how a value is parsed."""
+
+KAFKA_ONLY_TOPIC_CONFIGS: dict[str, tuple[str, str | None]] = {
+    "compression.type": ("STRING", "producer"),
+    "compression.gzip.level": ("INT", "-1"),
+    "compression.lz4.level": ("INT", "9"),
+    "compression.zstd.level": ("INT", "3"),
+    "file.delete.delay.ms": ("LONG", "60000"),
+    "follower.replication.throttled.replicas": ("LIST", ""),
+    "leader.replication.throttled.replicas": ("LIST", ""),
+    "local.retention.bytes": ("LONG", "-2"),
+    "local.retention.ms": ("LONG", "-2"),
+    "max.compaction.lag.ms": ("LONG", str(NEVER)),
+    "message.downconversion.enable": ("BOOLEAN", "true"),
+    "message.format.version": ("STRING", "3.0-IV1"),
+    "message.timestamp.after.max.ms": ("LONG", str(NEVER)),
+    "message.timestamp.before.max.ms": ("LONG", str(NEVER)),
+    "message.timestamp.difference.max.ms": ("LONG", str(NEVER)),
+    "min.cleanable.dirty.ratio": ("DOUBLE", "0.5"),
+    "min.compaction.lag.ms": ("LONG", "0"),
+    "preallocate": ("BOOLEAN", "false"),
+    "remote.log.copy.disable": ("BOOLEAN", "false"),
+    "remote.log.delete.on.disable": ("BOOLEAN", "false"),
+    "remote.storage.enable": ("BOOLEAN", "false"),
+    "segment.jitter.ms": ("LONG", "0"),
+}
+"""Kafka topic configs raylog does not implement: (Kafka type, Kafka's default). Scripts written for
+Kafka set them (compression.type, min.cleanable.dirty.ratio, ...), so they are accepted and ignored
+with a warning rather than failing the whole creation or alteration."""
+
+_INTEGER_RANGES = {"INT": (-(2**31), 2**31 - 1), "LONG": (-(2**63), 2**63 - 1)}
+_TYPE_WORDS = {"INT": "a whole number (32 bits)", "LONG": "a whole number (64 bits)",
+               "BOOLEAN": "true or false", "STRING": "a string", "LIST": "a comma-separated string"}
+_DECIMAL = re.compile(r"[+-]?[0-9]+")
+
+
+def topic_config_name(field: str) -> str:
+    """Kafka's dotted name of a TopicConfig field: retention_ms -> retention.ms."""
+    return field.replace("_", ".")
+
+
+def coerce_topic_config(field: str, value: Any) -> Any:
+    """``value`` parsed as Kafka's ConfigDef parses the field's type: INT/LONG take ints and decimal
+    strings (surrounding whitespace ignored; no exponent, no fraction), BOOLEAN takes bools and
+    "true"/"false" in any case, STRING/LIST take strings (trimmed). Anything else raises
+    InvalidConfigError naming the key, the value and the type."""
+    kind = TOPIC_CONFIG_TYPES[field]
+    parsed = value
+    if kind in _INTEGER_RANGES:
+        if isinstance(value, str) and _DECIMAL.fullmatch(value.strip()):
+            parsed = int(value.strip())
+        low, high = _INTEGER_RANGES[kind]
+        ok = isinstance(parsed, int) and not isinstance(parsed, bool) and low <= parsed <= high
+    elif kind == "BOOLEAN":
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            parsed = value.strip().lower() == "true"
+        ok = isinstance(parsed, bool)
+    else:
+        parsed = value.strip() if isinstance(value, str) else value
+        ok = isinstance(parsed, str)
+    if not ok:
+        raise InvalidConfigError(f"topic config {topic_config_name(field)}: {value!r} is not of type {kind} "
+                                 f"({_TYPE_WORDS[kind]})")
+    return parsed
+
+
+def split_topic_configs(values: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Kafka-style topic configs -> (TopicConfig field -> parsed value, the Kafka-only keys given,
+    dotted and sorted). An unknown key raises InvalidConfigError with the nearest known name."""
+    fields: dict[str, Any] = {}
+    ignored = []
+    for key, value in values.items():
+        field = str(key).strip().replace(".", "_")
+        if field in TOPIC_CONFIG_TYPES:
+            fields[field] = coerce_topic_config(field, value)
+        elif topic_config_name(field) in KAFKA_ONLY_TOPIC_CONFIGS:
+            ignored.append(topic_config_name(field))
+        else:
+            known = [topic_config_name(f) for f in TOPIC_CONFIG_TYPES] + list(KAFKA_ONLY_TOPIC_CONFIGS)
+            close = difflib.get_close_matches(topic_config_name(field), known, n=1)
+            hint = f": did you mean {close[0]!r}?" if close else ""
+            raise InvalidConfigError(f"unknown topic config {key!r}{hint}")
+    return fields, sorted(set(ignored))
 
 
 def default_min_insync_replicas(replication_factor: int) -> int:
@@ -166,6 +331,16 @@ class ClusterConfig:
     A leader acknowledges nothing once its own lease (this long from its last answered heartbeat,
     less a margin) has lapsed, and a controller the replicas cannot reach for this long is
     restarted. Kafka: broker.session.timeout.ms, 9 s."""
+    auto_create_topics_enable: bool | None = None
+    """Whether a producer or consumer may create a topic it does not find (Kafka's
+    auto.create.topics.enable; the client must allow it too: allow_auto_create_topics). True: any
+    client that allows it (Kafka's default); False: never; None (raylog's default): only clients
+    that set allow_auto_create_topics=True explicitly, so a mistyped topic name in a program that
+    never asked for auto-creation fails with UnknownTopicOrPartitionError instead of creating it."""
+    num_partitions: int = 1
+    """Partitions of an auto-created topic. Kafka: 1."""
+    default_replication_factor: int = 1
+    """Replication factor of an auto-created topic (at most the live nodes). Kafka: 1."""
 
     def __post_init__(self) -> None:
         _check(isinstance(self.namespace, str) and bool(self.namespace), "namespace must be a non-empty string")
@@ -183,6 +358,10 @@ class ClusterConfig:
         _check_int(self, "log_cleaner_dedupe_buffer_size", 1024)
         _check_int(self, "replica_heartbeat_interval_ms", 10)
         _check_int(self, "replica_session_timeout_ms", 100)
+        _check(self.auto_create_topics_enable in (None, True, False),
+               f"auto_create_topics_enable must be None or a bool, got {self.auto_create_topics_enable!r}")
+        _check_int(self, "num_partitions", 1)
+        _check_int(self, "default_replication_factor", 1)
         _check(self.replica_session_timeout_ms >= 2 * self.replica_heartbeat_interval_ms,
                f"replica_session_timeout_ms ({self.replica_session_timeout_ms}) must be at least twice "
                f"replica_heartbeat_interval_ms ({self.replica_heartbeat_interval_ms})")
@@ -209,7 +388,8 @@ class ProducerConfig:
     """Wait up to this long for a batch to fill. Kafka: 0 (raylog's batches are bigger; 5 ms
     keeps per-record send() batching well while bounding latency)."""
     compression_type: str | None = "lz4"
-    """'lz4' or 'none'. Kafka: none; raylog compresses by default as the brief asks."""
+    """'gzip', 'snappy', 'lz4', 'zstd', or 'none' (or None): kafka-python's names. Kafka: none;
+    raylog compresses by default as the brief asks, with lz4."""
     max_in_flight_requests_per_connection: int = 5
     """Unacknowledged batches per partition; order is kept by producer sequence numbers. At most 5
     with idempotence (the replica's deduplication window), as Kafka requires."""
@@ -235,15 +415,39 @@ class ProducerConfig:
     """Stamp producer id and sequences so retries never duplicate and in-flight batches stay ordered."""
     metadata_max_age_ms: int = 300_000
     """Refresh a topic's partitions and leaders at least this often, even without errors. Kafka: 5 min."""
+    client_id: str | None = None
+    """Names this producer in logs and metrics; None: 'raylog-producer-<n>'."""
+    partitioner: object = None
+    """Chooses the partition of each record sent without one: a kafka-python Partitioner (an
+    object with ``partition(topic, key, serialized_key, value, serialized_value, cluster)``) or a
+    callable ``(serialized_key, all_partitions, available_partitions)``. None: murmur2 of the key
+    as Kafka's Java client, sticky batches for records without a key."""
+    allow_auto_create_topics: bool | None = None
+    """Create a topic that does not exist on first send, if the cluster allows it
+    (ClusterConfig.auto_create_topics_enable). kafka-python: True; None here means 'not asked'."""
+    transactional_id: str | None = None
+    """Transactions do not exist yet: only None is accepted."""
+    metrics_enabled: bool = True
+    """Keep the counters metrics() reports."""
     key_serializer: object = None
     """Callable turning a key into bytes; None means keys are bytes (or str, encoded UTF-8)."""
     value_serializer: object = None
     """Callable turning a value into bytes; None means values are bytes (or str, encoded UTF-8)."""
 
     def __post_init__(self) -> None:
+        _unbounded(self, "retries", 2**31 - 1)
         _check(self.acks in (0, 1, -1, "all", "0", "1", "-1"), f"acks must be 0, 1 or 'all' (-1), got {self.acks!r}")
-        _check(self.compression_type in (None, "none", "lz4"),
-               f"compression_type must be 'lz4' or 'none', got {self.compression_type!r}")
+        _check(self.client_id is None or (isinstance(self.client_id, str) and bool(self.client_id)),
+               f"client_id must be None or a non-empty string, got {self.client_id!r}")
+        _check(self.partitioner is None or callable(self.partitioner) or callable(getattr(self.partitioner, "partition", None)),
+               "partitioner must be a kafka-python Partitioner (with a partition() method) or a callable")
+        _check(self.allow_auto_create_topics in (None, True, False), "allow_auto_create_topics must be a bool")
+        _check(self.transactional_id is None, "transactional_id: raylog has no transactions yet (leave it None; "
+                                              "enable_idempotence keeps each partition's records exactly once)")
+        _check(isinstance(self.metrics_enabled, bool), "metrics_enabled must be a bool")
+        _check(self.compression_type in (None, "none", "gzip", "snappy", "lz4", "zstd"),
+               f"compression_type must be None, 'none', 'gzip', 'snappy', 'lz4' or 'zstd', "
+               f"got {self.compression_type!r}")
         _check_int(self, "batch_size", 1)
         _check_int(self, "linger_ms", 0)
         _check_int(self, "max_in_flight_requests_per_connection", 1)
@@ -310,8 +514,9 @@ class ConsumerConfig:
     fetch_max_bytes: int = 50 * 1024 * 1024
     """Bytes the consumer holds at most, fetched but not yet returned by poll() plus asked for in
     fetches in flight, over all its partitions (at least one fetch is always allowed). Kafka: 50 MiB."""
-    max_poll_records: int = 500_000
-    """Most records one poll() returns. Kafka: 500; raylog polls batch views of many records."""
+    max_poll_records: int = 500
+    """Most records one poll() returns. Kafka: 500. poll_batch() has its own bound (its
+    max_records argument), as its records are column views, not objects."""
     request_timeout_ms: int = 30_000
     """How long to wait for a fetch response beyond fetch_max_wait_ms."""
     consumer_timeout_ms: int | None = None
@@ -322,8 +527,32 @@ class ConsumerConfig:
     value_deserializer: object = None
     check_crcs: bool = True
     """Verify each fetched batch's CRC32C before decoding it."""
+    isolation_level: str = "read_uncommitted"
+    """kafka-python's; 'read_uncommitted' is the one level until raylog has transactions (every
+    record up to the high watermark is visible), so 'read_committed' is refused."""
+    allow_auto_create_topics: bool | None = None
+    """Create a subscribed or assigned topic that does not exist, if the cluster allows it
+    (ClusterConfig.auto_create_topics_enable). kafka-python: True; None here means 'not asked'."""
+    default_offset_commit_callback: object = None
+    """Called as ``fn(offsets, response)`` when a commit_async() without its own callback, or an
+    auto-commit, completes: ``response`` is None on success, else the error. kafka-python's."""
+    retry_backoff_ms: int = 100
+    """Wait before fetching again from a partition whose fetch failed with a retriable error."""
+    exclude_internal_topics: bool = True
+    """Leave internal topics (``__consumer_offsets``) out of topics() and pattern subscriptions."""
+    metrics_enabled: bool = True
+    """Keep the counters metrics() reports."""
 
     def __post_init__(self) -> None:
+        _unbounded(self, "consumer_timeout_ms", None)
+        _check(self.isolation_level == "read_uncommitted",
+               f"isolation_level must be 'read_uncommitted' (raylog has no transactions yet), got {self.isolation_level!r}")
+        _check(self.allow_auto_create_topics in (None, True, False), "allow_auto_create_topics must be a bool")
+        _check(self.default_offset_commit_callback is None or callable(self.default_offset_commit_callback),
+               "default_offset_commit_callback must be callable")
+        _check_int(self, "retry_backoff_ms", 0)
+        _check(isinstance(self.exclude_internal_topics, bool), "exclude_internal_topics must be a bool")
+        _check(isinstance(self.metrics_enabled, bool), "metrics_enabled must be a bool")
         _check(self.auto_offset_reset in ("earliest", "latest", "none"),
                f"auto_offset_reset must be 'earliest', 'latest' or 'none', got {self.auto_offset_reset!r}")
         _check_int(self, "fetch_min_bytes", 0)

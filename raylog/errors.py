@@ -244,3 +244,9 @@ class ControllerNotAvailableError(RaylogError):
     """No controller actor could be reached or started."""
 
     retriable = True
+
+
+KafkaError = RaylogError
+"""kafka-python's base error name, so ``except KafkaError`` ported from kafka-python catches raylog's errors."""
+NoBrokersAvailable = ClusterNotAvailableError
+"""kafka-python's name for 'nothing answers at the address given'."""

@@ -5,9 +5,10 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 from raylog import ray_calls
-from raylog.errors import InvalidPartitionError, LeaderNotAvailableError
+from raylog.errors import InvalidPartitionError, LeaderNotAvailableError, UnknownTopicOrPartitionError
 from raylog.naming import validate_topic_name
 from raylog.protocol import TopicDescription
 
@@ -35,10 +36,19 @@ class Metadata:
         self._lock = threading.Lock()
         self._topics: dict[str, TopicInfo] = {}
 
-    def topic(self, topic: str, max_age_s: float | None = None) -> TopicInfo:
+    def topic(self, topic: str, max_age_s: float | None = None,
+              create: Callable[[str], None] | None = None) -> TopicInfo:
+        """The topic's metadata; a topic that does not exist is created first by ``create`` when
+        given (auto-creation), else UnknownTopicOrPartitionError."""
         info = self._topics.get(topic)
         if info is None or (max_age_s is not None and time.monotonic() - info.loaded_at > max_age_s):
-            info = self._load(topic)
+            try:
+                info = self._load(topic)
+            except UnknownTopicOrPartitionError:
+                if create is None:
+                    raise
+                create(topic)
+                info = self._load(topic)
         return info
 
     def _load(self, topic: str) -> TopicInfo:

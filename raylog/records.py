@@ -1,4 +1,5 @@
-"""What clients hand back to users: small immutable records (kafka-python's names).
+"""What clients hand back to users: small immutable records, with kafka-python 3.x's names and
+fields in kafka-python's order, so positional unpacking ported from kafka-python works.
 
 They are NamedTuples, as in kafka-python, so the clients build them in bulk
 with C-level constructors (``tuple.__new__`` over zipped columns) instead of
@@ -20,13 +21,25 @@ class RecordMetadata(NamedTuple):
 
     topic: str
     partition: int
+    topic_partition: TopicPartition
     offset: int
     timestamp: int
+    """The producer's timestamp, or the broker's for a LogAppendTime topic."""
+    checksum: int | None
+    """None: batches carry one CRC for all their records (Kafka's v2 format), as in kafka-python."""
+    serialized_key_size: int
+    """Bytes of the serialized key; -1 without a key."""
+    serialized_value_size: int
+    """Bytes of the serialized value; -1 for a null value (a tombstone)."""
+    serialized_header_size: int
+    """Bytes of header names (UTF-8) and values; -1 without headers."""
 
 
 class ConsumerRecord(NamedTuple):
     topic: str
     partition: int
+    leader_epoch: int
+    """Epoch of the leader that appended the record."""
     offset: int
     timestamp: int
     timestamp_type: int
@@ -35,11 +48,21 @@ class ConsumerRecord(NamedTuple):
     value: bytes | None
     headers: list
     """(name, value) pairs; an empty list when the record has none."""
+    checksum: int | None
+    """None: batches carry one CRC for all their records (Kafka's v2 format), as in kafka-python."""
+    serialized_key_size: int
+    """Bytes of the key as stored; -1 without a key."""
+    serialized_value_size: int
+    """Bytes of the value as stored; -1 for a null value (a tombstone)."""
+    serialized_header_size: int
+    """Bytes of header names (UTF-8) and values; -1 without headers."""
 
 
 class OffsetAndTimestamp(NamedTuple):
     offset: int
     timestamp: int
+    leader_epoch: int = -1
+    """Epoch of the leader that appended the record at ``offset``; -1 when not known."""
 
 
 class OffsetAndMetadata(NamedTuple):
@@ -47,3 +70,12 @@ class OffsetAndMetadata(NamedTuple):
 
     offset: int
     metadata: str = ""
+    leader_epoch: int = -1
+    """Epoch of the leader the committed position was read from; -1 when not known."""
+
+
+def serialized_header_size(headers) -> int:
+    """kafka-python's serialized_header_size: name bytes (UTF-8) plus value bytes; -1 without headers."""
+    if not headers:
+        return -1
+    return sum(len(name.encode("utf-8")) + (0 if value is None else len(value)) for name, value in headers)

@@ -7,7 +7,9 @@ running (spark_bridge/planner.py); loopback-only listeners (driver bind address 
 127.0.0.1, no UI); the driver's interpreter for Spark's Python workers (PYSPARK_PYTHON); and
 the ``--add-opens`` flags Java 17 needs on the driver, the executors and RayDP's app master
 (without them the Spark <-> Ray Dataset hand-off fails with InaccessibleObjectException;
-measured and listed in DESIGN.md). The connector's JVM side calls raylog's actors from the
+measured and listed in DESIGN.md). The driver's JVM logs through spark_bridge/conf/log4j2.properties to
+spark-driver.log in Ray's log directory (WARN and above also to the terminal), and so do
+the INFO lines Ray's native client in that JVM writes to stderr. The connector's JVM side calls raylog's actors from the
 driver (which RayDP connects to Ray) and from the executors (Ray Java workers); Spark's Python
 workers never join Ray. Starting takes about 10 s here.
 
@@ -17,8 +19,9 @@ py4j after a failed job), then kills what is left: RayDP's actors and the driver
 
 from __future__ import annotations
 
-import logging
+import contextlib
 import os
+import re
 import sys
 import threading
 from pathlib import Path
@@ -26,9 +29,10 @@ from pathlib import Path
 import ray
 
 from raylog.errors import ClusterNotAvailableError
+from raylog.logs import get_logger
 from spark_bridge.planner import ensure_planner
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 JAVA_17_OPENS = [
     "java.lang", "java.lang.invoke", "java.lang.reflect", "java.io", "java.net", "java.nio", "java.nio.charset",
@@ -39,6 +43,14 @@ JAVA_17_OPENS = [
 """Packages java.base must open to unnamed modules for Spark 3.5 and RayDP on Java 17."""
 STOP_TIMEOUT_S = 60.0
 CONNECTOR_JAR = Path(__file__).parent / "jvm" / "raylog-spark.jar"
+DRIVER_LOG4J2 = Path(__file__).parent / "conf" / "log4j2.properties"
+"""The driver JVM's log4j2 configuration: INFO and above to spark-driver.log in Ray's log directory,
+WARN and above to the console (without it, RayDP names a file that does not exist, log4j prints
+"Reconfiguration failed" and Spark its default configuration's banner)."""
+RAY_NATIVE_INFO = re.compile(rb"^\[\d{4}-\d\d-\d\d [\d:,]+ [DI] \d+ \d+\] ")
+"""A debug or info line of Ray's C++ client (``[2026-11-23 22:55:15,635 I 7958 8019] gcs_client.cc:96:
+...``): RayDP connects the driver's JVM to Ray, whose client writes these to stderr before it
+has a log file."""
 """The Spark connector (format "raylog"), built by ``make jar`` from spark_bridge/jvm."""
 
 _current: "Session | None" = None
@@ -136,12 +148,15 @@ def session(app_name: str = "raylog", num_executors: int = 1, executor_cores: in
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     opens = " ".join(f"--add-opens=java.base/{p}=ALL-UNNAMED" for p in JAVA_17_OPENS)
+    logs_dir = ray._private.worker.global_worker.node.get_logs_dir_path()
     settings = {
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.driver.host": "127.0.0.1",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.driver.extraJavaOptions": opens,
+        "spark.driver.extraJavaOptions": f"{opens} -Draylog.log.dir={logs_dir}",
+        # RayDP passes this to the driver JVM as -Dlog4j2.configurationFile.
+        "spark.log4j.config.file.name": str(DRIVER_LOG4J2),
         "spark.executor.extraJavaOptions": opens,
         "spark.ray.raydp_app_master.extraJavaOptions": opens,
         "spark.sql.execution.arrow.pyspark.enabled": "true",
@@ -157,9 +172,53 @@ def session(app_name: str = "raylog", num_executors: int = 1, executor_cores: in
     settings["spark.jars"] = ",".join(dict.fromkeys(jars))
     import raydp
 
-    spark = raydp.init_spark(app_name, num_executors, executor_cores, executor_memory, configs=settings)
+    with _jvm_stderr_filtered(os.path.join(logs_dir, "spark-driver.log")):
+        spark = raydp.init_spark(app_name, num_executors, executor_cores, executor_memory, configs=settings)
     _current = Session(spark, namespace)
     return _current
+
+
+@contextlib.contextmanager
+def _jvm_stderr_filtered(log_path: str):
+    """While the driver's JVM starts, stderr (file descriptor 2, which the JVM inherits for good)
+    is a pipe: a thread passes every line to the real stderr except Ray's native INFO lines,
+    which it appends to ``log_path``. Python's own stderr goes through the same relay meanwhile."""
+    try:
+        terminal = os.dup(2)
+        read_end, write_end = os.pipe()
+    except OSError:  # no stderr to filter (a daemon): start the JVM as it is
+        yield
+        return
+
+    def relay() -> None:
+        with os.fdopen(read_end, "rb", buffering=0) as pipe, os.fdopen(terminal, "wb", buffering=0) as out:
+            log = None
+            for line in iter(pipe.readline, b""):
+                if RAY_NATIVE_INFO.match(line):
+                    try:
+                        log = log or open(log_path, "ab", buffering=0)
+                        log.write(line)
+                    except OSError:
+                        pass
+                    continue
+                try:
+                    out.write(line)
+                except OSError:
+                    pass
+            if log is not None:
+                log.close()
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    threading.Thread(target=relay, name="raylog-jvm-stderr", daemon=True).start()
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def spark_of(spark_or_session):

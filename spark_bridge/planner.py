@@ -17,18 +17,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import time
 from typing import Any, Callable
 
 import ray
 
 from raylog.errors import OffsetOutOfRangeError, RaylogError, UnknownTopicOrPartitionError
+from raylog.logs import get_logger
 from raylog.range_reader import plan_read, resolve_partitions
 from raylog.ranges import KNOWN_OPTIONS, EARLIEST, LATEST, ReadSpec, parse_options, plan
 from raylog.records import TopicPartition
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 PLANNER_ACTOR_NAME = "raylog-spark-planner"
 NODE_CACHE_S = 30.0

@@ -11,16 +11,16 @@ the connector in Spark's executors, columnar (docs/architecture.md, "Spark").
 from __future__ import annotations
 
 import json
-import logging
 from typing import Any, Iterable
 
 from raylog.cluster import default_cluster
 from raylog.errors import InvalidConfigError
+from raylog.logs import get_logger
 from spark_bridge.jvm_errors import named
 from spark_bridge.launch import spark_of
 from spark_bridge.planner import SparkPlanner, canonical_options
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 KAFKA_DDL = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
              "timestampType int")

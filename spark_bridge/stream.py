@@ -19,7 +19,6 @@ that ``stream``:
 from __future__ import annotations
 
 import json
-import logging
 import os
 import time
 from pathlib import Path
@@ -29,13 +28,14 @@ from typing import Any, Callable, Iterable
 from raylog import ray_calls
 from raylog.cluster import default_cluster
 from raylog.errors import GroupIdNotFoundError, IllegalStateError, InvalidConfigError, RaylogError
+from raylog.logs import get_logger
 from raylog.records import OffsetAndMetadata, TopicPartition
 from raylog.ranges import EARLIEST, LATEST, parse_options
 from spark_bridge.launch import spark_of
 from spark_bridge.planner import canonical_options
 from spark_bridge.read import kafka_client_options
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 _NOT_FOR_STREAMS = ("assign", "subscribe", "subscribe_pattern", "ending_offsets", "ending_timestamp",
                     "ending_offsets_by_timestamp")

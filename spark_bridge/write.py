@@ -12,15 +12,14 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-import logging
-
 from raylog.config import ProducerConfig, config_from_mapping
 from raylog.errors import InvalidConfigError
+from raylog.logs import get_logger
 from spark_bridge.jvm_errors import raylog_errors
 from spark_bridge.read import kafka_client_options
 
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 SINK_SETTINGS = ("acks", "compression_type", "batch_size", "delivery_timeout_ms")
 """The producer settings the connector's sink honours; the others are a client's (threads, buffers)."""

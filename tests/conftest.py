@@ -12,6 +12,9 @@ os.environ.setdefault("RAY_ENABLE_AUTO_CONNECT", "0")
 # module), and without it rewrites 127.0.0.1 to the machine's address when a client connects.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# The tests' Rays run without Ray's dashboard (raylog.connect starts it by default): it costs every
+# start-up ~1.4 s and ~0.9 GB here (docs/performance.md). tests/integration/test_metrics.py turns it on.
+os.environ.setdefault("RAYLOG_INCLUDE_DASHBOARD", "0")
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from raylog.errors import CorruptRecordError
-from raylog.records import ConsumerRecord
+from raylog.records import ConsumerRecord, serialized_header_size
 from raylog.storage.batch import iter_batches
 from raylog.storage.payload import BinaryColumn
 
@@ -137,13 +137,32 @@ class ColumnBatch:
                 keys = [None if k is None else key_deserializer(k) for k in keys]
             if value_deserializer is not None:
                 values = [None if v is None else value_deserializer(v) for v in values]
-            headers = self.headers or [[] for _ in range(n)]
+            headers = self.headers
+            if headers is None:
+                headers = [[] for _ in range(n)]
+                header_sizes = _repeat(-1, n)
+            else:
+                header_sizes = list(map(serialized_header_size, headers))
             return list(map(_new_tuple, _repeat(ConsumerRecord, n), zip(
-                _repeat(self.topic, n), _repeat(self.partition, n), self.offsets.tolist(), self.timestamps.tolist(),
-                _repeat(self.timestamp_type, n), keys, values, headers)))
+                _repeat(self.topic, n), _repeat(self.partition, n), _repeat(self.leader_epoch, n),
+                self.offsets.tolist(), self.timestamps.tolist(), _repeat(self.timestamp_type, n), keys, values,
+                headers, _repeat(None, n), self._sizes(self._keys), self._sizes(self._values), header_sizes)))
         finally:
             if enabled:
                 gc.enable()
+
+    def _sizes(self, col: BinaryColumn):
+        """Each entry's stored size, -1 where null (kafka-python's serialized sizes)."""
+        n = len(self)
+        if col.offsets is None:
+            return _repeat(-1, n)
+        window = col.offsets[self._start:self._stop + 1]
+        sizes = np.diff(window)
+        if col.validity is not None:
+            present = np.unpackbits(np.frombuffer(col.validity, dtype=np.uint8), bitorder="little",
+                                    count=col.count)[self._start:self._stop]
+            sizes = np.where(present.astype(bool), sizes, -1)
+        return sizes.tolist()
 
     def to_arrow(self, include_headers: bool = False) -> "pa.RecordBatch":
         """The records as an Arrow record batch with Spark's Kafka source columns (key, value,

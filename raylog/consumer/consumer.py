@@ -23,26 +23,43 @@ from typing import Callable, Iterable, Mapping
 
 from raylog import memory
 from raylog.consumer.column_batch import ColumnBatch
-from raylog.config import ConsumerConfig, config_from_mapping
-from raylog.errors import IllegalStateError, InvalidConfigError, InvalidOffsetError, RaylogError
+from raylog.client_metrics import ConsumerMetrics
+from raylog.config import ConsumerConfig, client_config
+from raylog.errors import IllegalStateError, InvalidConfigError, InvalidOffsetError, KafkaTimeoutError, RaylogError
 from raylog.consumer.fetcher import Fetcher, PartitionState
 from raylog.consumer.group_member import ConsumerRebalanceListener, GroupMember
 from raylog.naming import validate_topic_name
 from raylog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from raylog.errors import UnknownTopicOrPartitionError
 from raylog.records import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
 log = logging.getLogger(__name__)
+
+POLL_BATCH_MAX_RECORDS = 500_000
+"""poll_batch()'s bound on records per call when not given: its records are column views, so
+it hands out many (poll() keeps kafka-python's max_poll_records, 500)."""
+
+
+def _timeout_s(timeout_ms: float | None, default_s: float) -> float:
+    if timeout_ms is None:
+        return default_s
+    if not isinstance(timeout_ms, (int, float)) or isinstance(timeout_ms, bool) or timeout_ms < 0:
+        raise InvalidConfigError(f"timeout_ms must be a number >= 0 or None, got {timeout_ms!r}")
+    return timeout_ms / 1000
 
 
 class Consumer:
     def __init__(self, *topics: str, cluster=None, **configs):
         from raylog.cluster import default_cluster
 
-        self.config: ConsumerConfig = config_from_mapping(ConsumerConfig, configs)
+        self.config: ConsumerConfig = client_config(ConsumerConfig, configs)
         memory.tune()
         self._cluster = cluster or default_cluster()
         self._metadata = self._cluster.metadata
-        self._fetcher = Fetcher(self.config, self._metadata)
+        self._create_topic = self._cluster.auto_creator(self.config.allow_auto_create_topics)
+        self._timeout_s = self.config.request_timeout_ms / 1000
+        self._metrics = ConsumerMetrics()
+        self._fetcher = Fetcher(self.config, self._metadata, self._metrics)
         self._closed = False
         self._group: GroupMember | None = None
         """The group membership, once subscribed."""
@@ -61,7 +78,11 @@ class Consumer:
                 self.subscribe(topics)
             else:
                 self.assign([TopicPartition(t, p) for t in topics
-                             for p in range(self._metadata.partition_count(validate_topic_name(t)))])
+                             for p in range(self._topic(t).num_partitions)])
+
+    def _topic(self, topic: str):
+        """The topic's metadata, creating it first when auto-creation applies."""
+        return self._metadata.topic(validate_topic_name(topic), None, self._create_topic)
 
     # --- assignment and positions --------------------------------------------------------------
 
@@ -84,7 +105,8 @@ class Consumer:
             raise IllegalStateError("assign() and subscribe() are mutually exclusive: unsubscribe() first")
         wanted = [TopicPartition(*tp) for tp in partitions]
         for tp in wanted:
-            self._metadata.leader(validate_topic_name(tp.topic), tp.partition)
+            self._topic(tp.topic)
+            self._metadata.leader(tp.topic, tp.partition)
         self._manual = bool(wanted)
         for tp in list(self._fetcher.states):
             if tp not in wanted:
@@ -106,6 +128,9 @@ class Consumer:
         if isinstance(topics, str):
             topics = [topics]
         topics = [validate_topic_name(t) for t in topics]
+        if self._create_topic is not None:
+            for topic in topics:
+                self._topic(topic)
         if bool(topics) == (pattern is not None):
             raise InvalidConfigError("subscribe() takes topic names or a pattern, exactly one of them")
         if pattern is not None:
@@ -172,11 +197,12 @@ class Consumer:
         for tp in partitions or self.assignment():
             self._fetcher.reset(self._check(tp), "latest")
 
-    def position(self, partition: TopicPartition) -> int:
-        """Offset of the next record poll() returns for ``partition``."""
+    def position(self, partition: TopicPartition, timeout_ms: int | None = None) -> int:
+        """Offset of the next record poll() returns for ``partition`` (looked up, within
+        ``timeout_ms``, when it has none yet)."""
         st = self._fetcher.states[self._check(partition)]
         if st.position is None:
-            self._fetcher.reset(partition, self.config.auto_offset_reset)
+            self._fetcher.reset(partition, self.config.auto_offset_reset, _timeout_s(timeout_ms, self._timeout_s))
         return st.position
 
     def highwater(self, partition: TopicPartition) -> int | None:
@@ -207,11 +233,11 @@ class Consumer:
         if max_records is not None and (not isinstance(max_records, int) or max_records < 1):
             raise InvalidConfigError(f"max_records must be an int >= 1, got {max_records!r}")
         self._abandon_iteration()
-        return self._poll(timeout_ms, max_records or self.config.max_poll_records, advance=True)
+        return self._poll(timeout_ms, max_records or POLL_BATCH_MAX_RECORDS, advance=True)
 
     def _poll(self, timeout_ms: float, limit: int, advance: bool) -> list[ColumnBatch]:
+        self._maybe_auto_commit()
         if self._group is not None:
-            self._maybe_auto_commit()
             self._group.poll_tick(self)
         fetcher = self._fetcher
         fetcher.resolve_positions()
@@ -220,6 +246,7 @@ class Consumer:
             fetcher.send_fetches()
             out = fetcher.take(limit, advance)
             if out:
+                self._count_consumed(out)
                 return out
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -229,11 +256,24 @@ class Consumer:
                 self._group.reconcile(self)
                 fetcher.resolve_positions()
 
-    def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> dict[TopicPartition, list[ConsumerRecord]]:
-        """kafka-python's poll: {TopicPartition: [ConsumerRecord, ...]}, records built in bulk."""
+    def _count_consumed(self, chunks: list[ColumnBatch]) -> None:
+        metrics = self._metrics
+        metrics.records.record(sum(map(len, chunks)))
+        metrics.bytes.record(sum(chunk.nbytes for chunk in chunks))
+        lags = [st.high_watermark - st.position for st in self._fetcher.states.values()
+                if st.high_watermark >= 0 and st.position is not None]
+        metrics.lag_max = float(max(lags)) if lags else float("nan")
+
+    def poll(self, timeout_ms: int = 0, max_records: int | None = None,
+             update_offsets: bool = True) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """kafka-python's poll: {TopicPartition: [ConsumerRecord, ...]}, at most ``max_records``
+        (default max_poll_records) records, built in bulk. ``update_offsets`` is kafka-python's and
+        must stay True (positions move past what is returned)."""
+        if update_offsets is not True:
+            raise InvalidConfigError("poll(update_offsets=False) is not supported: positions move past what poll() returns")
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
         kd, vd = self.config.key_deserializer, self.config.value_deserializer
-        for chunk in self.poll_batch(timeout_ms, max_records):
+        for chunk in self.poll_batch(timeout_ms, max_records or self.config.max_poll_records):
             records = chunk.records(kd, vd)
             tp = TopicPartition(chunk.topic, chunk.partition)
             if tp in out:
@@ -260,7 +300,7 @@ class Consumer:
                     st.position = after
                     return record
                 # A seek or a revocation since it was fetched: it is no longer the next record there.
-            chunks = self._poll(self.config.fetch_max_wait_ms, self.config.max_poll_records, advance=False)
+            chunks = self._poll(self.config.fetch_max_wait_ms, POLL_BATCH_MAX_RECORDS, advance=False)
             if chunks:
                 last = time.monotonic()
                 self._queue_iterated(chunks)
@@ -291,21 +331,60 @@ class Consumer:
 
     # --- offsets by time -----------------------------------------------------------------------
 
-    def offsets_for_times(self, timestamps: Mapping[TopicPartition, int]) -> dict[TopicPartition, OffsetAndTimestamp | None]:
-        """Per partition, the earliest offset whose timestamp is >= the given ms; None if none is."""
+    def offsets_for_times(self, timestamps: Mapping[TopicPartition, int],
+                          timeout_ms: int | None = None) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """Per partition, the earliest offset whose timestamp is >= the given ms; None if none is.
+        KafkaTimeoutError past ``timeout_ms`` (default request_timeout_ms)."""
+        deadline = time.monotonic() + _timeout_s(timeout_ms, self._timeout_s)
         out = {}
         for tp, ts in timestamps.items():
             if not isinstance(ts, int) or ts < 0:
                 raise InvalidOffsetError(f"timestamp for {tp} must be a non-negative int, got {ts!r}")
-            offset, found_ts = self._fetcher.list_offset(TopicPartition(*tp), ts)
+            offset, found_ts = self._fetcher.list_offset(TopicPartition(*tp), ts, self._left(deadline))
             out[tp] = None if offset < 0 else OffsetAndTimestamp(offset, found_ts)
         return out
 
-    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return {tp: self._fetcher.list_offset(TopicPartition(*tp), EARLIEST_TIMESTAMP)[0] for tp in partitions}
+    def _left(self, deadline: float) -> float:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise KafkaTimeoutError("the call did not finish within its timeout_ms")
+        return left
 
-    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return {tp: self._fetcher.list_offset(TopicPartition(*tp), LATEST_TIMESTAMP)[0] for tp in partitions}
+    def _list_offsets(self, partitions: Iterable[TopicPartition], which: int, timeout_ms: int | None) -> dict:
+        deadline = time.monotonic() + _timeout_s(timeout_ms, self._timeout_s)
+        return {tp: self._fetcher.list_offset(TopicPartition(*tp), which, self._left(deadline))[0] for tp in partitions}
+
+    def beginning_offsets(self, partitions: Iterable[TopicPartition],
+                          timeout_ms: int | None = None) -> dict[TopicPartition, int]:
+        """Each partition's log start offset."""
+        return self._list_offsets(partitions, EARLIEST_TIMESTAMP, timeout_ms)
+
+    def end_offsets(self, partitions: Iterable[TopicPartition],
+                    timeout_ms: int | None = None) -> dict[TopicPartition, int]:
+        """Each partition's high watermark (the offset the next readable record gets)."""
+        return self._list_offsets(partitions, LATEST_TIMESTAMP, timeout_ms)
+
+    # --- cluster metadata (kafka-python's) -------------------------------------------------------
+
+    def topics(self) -> set[str]:
+        """Every topic's name (internal ones only with exclude_internal_topics=False)."""
+        return set(self._cluster.admin().list_topics(include_internal=not self.config.exclude_internal_topics))
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        """The topic's partition ids; None when it does not exist (kafka-python's)."""
+        try:
+            return set(range(self._metadata.topic(validate_topic_name(topic)).num_partitions))
+        except UnknownTopicOrPartitionError:
+            return None
+
+    def metrics(self, raw: bool = False) -> dict | None:
+        """kafka-python's consumer metrics, {group: {name: value}}
+        ('consumer-fetch-manager-metrics': records-consumed-rate, fetch-latency-avg,
+        records-lag-max, ...; 'consumer-coordinator-metrics': commit-rate, ...); None with
+        metrics_enabled=False."""
+        if not self.config.metrics_enabled:
+            return None
+        return self._metrics.report(len(self._fetcher.states))
 
     # --- committed offsets (the group's coordinator keeps them) ------------------------------------
 
@@ -331,18 +410,21 @@ class Consumer:
             out[tp] = om
         return out
 
-    def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None) -> None:
+    def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None,
+               timeout_ms: int | None = None) -> None:
         """Commit ``offsets`` (default: the position of every partition this consumer owns, i.e. past
         every record poll() returned), after every commit_async() made before it (their callbacks
         included), as Kafka's commitSync. Raises CommitFailedError when the group refuses: this
-        member's epoch is stale or fenced, or a partition moved to another member."""
-        self._commit_ordered(self._commit_args(offsets))
+        member's epoch is stale or fenced, or a partition moved to another member; KafkaTimeoutError
+        past ``timeout_ms`` (the commit may still land)."""
+        self._commit_ordered(self._commit_args(offsets), None if timeout_ms is None else _timeout_s(timeout_ms, 0))
 
     def commit_async(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None,
                      callback: Callable[[dict, BaseException | None], None] | None = None):
         """Commit in the background, after the commits made before it; ``callback(offsets, exception
-        or None)`` runs on the committer thread. Returns a concurrent.futures.Future."""
-        return self._submit_commit(self._commit_args(offsets), callback)
+        or None)`` (default: default_offset_commit_callback) runs on the committer thread. Returns a
+        concurrent.futures.Future."""
+        return self._submit_commit(self._commit_args(offsets), callback or self.config.default_offset_commit_callback)
 
     def _submit_commit(self, args: dict, callback=None) -> concurrent.futures.Future:
         member = self._member()
@@ -353,8 +435,10 @@ class Consumer:
 
         def run():
             error = None
+            started = time.monotonic()
             try:
                 member.commit(args, as_member=as_member)
+                self._metrics.commits.record((time.monotonic() - started) * 1000)
             except RaylogError as exc:
                 error = exc
             if callback is not None:
@@ -370,49 +454,66 @@ class Consumer:
     def _mark_committer_thread(self) -> None:
         self._committing.inside = True
 
-    def _commit_ordered(self, args: dict) -> None:
+    def _commit_ordered(self, args: dict, timeout_s: float | None = None) -> None:
         """Commit now, behind every commit queued before (one thread carries them all, so an older
         offset can never land last): the synchronous commits of commit(), revocations and close()."""
         if getattr(self._committing, "inside", False):
             member = self._member()  # a commit_async callback committing: it is the queue's head already
             member.commit(args, as_member=member is self._group)
             return
-        self._submit_commit(args).result()
+        try:
+            self._submit_commit(args).result(timeout_s)
+        except concurrent.futures.TimeoutError:
+            raise KafkaTimeoutError(f"the commit did not finish within {timeout_s * 1000:.0f} ms") from None
 
-    def committed(self, partition: TopicPartition, metadata: bool = False):
+    def committed(self, partition: TopicPartition, metadata: bool = False, timeout_ms: int | None = None):
         """The committed offset of ``partition`` for this group (None if none); with
         ``metadata=True`` an OffsetAndMetadata (kafka-python's signature)."""
         tp = TopicPartition(*partition)
-        found = self._member().fetch_committed([tp]).get(tp)
+        found = self._member().fetch_committed([tp], _timeout_s(timeout_ms, self._timeout_s)).get(tp)
         if found is None:
             return None
         return found if metadata else found.offset
 
+    def _auto_committed(self) -> Iterable[TopicPartition] | None:
+        """The partitions auto-commit covers: a member's owned ones, or, assigned with a group_id,
+        the assignment (kafka-python commits for assign() too); None when it does not apply."""
+        if not self.config.enable_auto_commit or self.config.group_id is None:
+            return None
+        if self._group is not None:
+            return self._group.owned
+        return self.assignment() if self._manual else None
+
     def _maybe_auto_commit(self) -> None:
-        if not self.config.enable_auto_commit or self._group is None:
+        partitions = self._auto_committed()
+        if partitions is None:
             return
         now = time.monotonic()
         if (now - self._last_auto_commit) * 1000 >= self.config.auto_commit_interval_ms:
             self._last_auto_commit = now
-            positions = self._positions(self._group.owned)
+            positions = self._positions(partitions)
             if positions:
                 self.commit_async(positions)
 
     def _commit_on_exit(self) -> None:
-        if self.config.enable_auto_commit and self._group is not None:
+        partitions = self._auto_committed()
+        if partitions is not None:
             try:
-                self._commit_ordered(self._positions(self._group.owned))
+                positions = self._positions(partitions)
+                if positions:
+                    self._commit_ordered(positions)
             except RaylogError as exc:
                 log.warning("committing on close failed: %s", exc)
 
-    def close(self, autocommit: bool = True) -> None:
-        """Commit (with enable_auto_commit), leave the group at once, stop fetching."""
+    def close(self, autocommit: bool = True, timeout_ms: int | None = None) -> None:
+        """Commit (with enable_auto_commit), leave the group at once, stop fetching.
+        ``timeout_ms`` is kafka-python's; each step is bounded by request_timeout_ms."""
         if self._closed:
             return
         try:
+            if autocommit:
+                self._commit_on_exit()
             if self._group is not None:
-                if autocommit:
-                    self._commit_on_exit()
                 self._group.close(self)
         finally:
             self._closed = True

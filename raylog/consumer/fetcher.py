@@ -29,6 +29,7 @@ import ray
 
 from raylog import ray_calls
 from raylog.consumer import column_batch
+from raylog.client_metrics import ConsumerMetrics
 from raylog.consumer.column_batch import ColumnBatch
 from raylog.config import ConsumerConfig
 from raylog.errors import NoOffsetForPartitionError, OffsetOutOfRangeError
@@ -37,7 +38,7 @@ from raylog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from raylog.records import TopicPartition
 
 RETRY_BACKOFF_S = 0.1
-"""Wait before fetching again from a partition whose replica was unreachable."""
+"""Longest sleep of a wait with no fetch in flight."""
 MIN_FETCH_BYTES = 64 * 1024
 """A fetch that could ask for less than this waits for the buffer to drain instead."""
 
@@ -58,9 +59,10 @@ class PartitionState:
 
 
 class Fetcher:
-    def __init__(self, config: ConsumerConfig, metadata: Metadata):
+    def __init__(self, config: ConsumerConfig, metadata: Metadata, metrics: ConsumerMetrics | None = None):
         self.config = config
         self.metadata = metadata
+        self.metrics = metrics or ConsumerMetrics()
         self.states: dict[TopicPartition, PartitionState] = {}
         self._refs: dict = {}
         self._timeout_s = config.request_timeout_ms / 1000
@@ -70,11 +72,14 @@ class Fetcher:
 
     # --- positions -------------------------------------------------------------------------
 
-    def list_offset(self, tp: TopicPartition, timestamp: int) -> tuple[int, int]:
+    def list_offset(self, tp: TopicPartition, timestamp: int, timeout_s: float | None = None) -> tuple[int, int]:
+        """The leader's (offset, timestamp) for ``timestamp`` (or EARLIEST/LATEST), retried on
+        leader moves within ``timeout_s`` (default request_timeout_ms)."""
+        timeout_s = self._timeout_s if timeout_s is None else timeout_s
         return ray_calls.with_retries(
             lambda: ray_calls.get(self.metadata.leader(tp.topic, tp.partition).list_offsets.remote(timestamp),
-                                  self._timeout_s),
-            self._timeout_s, on_retry=lambda: self.metadata.invalidate(tp.topic))
+                                  timeout_s),
+            timeout_s, on_retry=lambda: self.metadata.invalidate(tp.topic))
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
         st = self.states[tp]
@@ -93,11 +98,11 @@ class Fetcher:
             st.in_flight = None
             st.in_flight_bytes = 0
 
-    def reset(self, tp: TopicPartition, strategy: str) -> None:
+    def reset(self, tp: TopicPartition, strategy: str, timeout_s: float | None = None) -> None:
         if strategy == "none":
             raise NoOffsetForPartitionError(f"{tp.topic}-{tp.partition} has no position and auto_offset_reset is 'none'")
         ts = EARLIEST_TIMESTAMP if strategy == "earliest" else LATEST_TIMESTAMP
-        self.seek(tp, self.list_offset(tp, ts)[0])
+        self.seek(tp, self.list_offset(tp, ts, timeout_s)[0])
 
     def resolve_positions(self) -> None:
         """Reset every partition without a position, asking all their leaders at once."""
@@ -199,6 +204,8 @@ class Fetcher:
             self._failed(tp, st, ray_calls.translate(exc))
             return
         records, st.high_watermark = response[0], response[1]
+        self.metrics.fetches.record((time.monotonic() - st.served_at) * 1000)
+        self.metrics.fetch_bytes.record(len(records))
         if len(records) == 0:
             return
         chunks, next_offset = column_batch.decode(tp.topic, tp.partition, records, offset, self.config.check_crcs)
@@ -214,7 +221,7 @@ class Fetcher:
         raised by the next poll."""
         if getattr(err, "retriable", False):
             self.metadata.invalidate(tp.topic)
-            st.retry_at = time.monotonic() + RETRY_BACKOFF_S
+            st.retry_at = time.monotonic() + self.config.retry_backoff_ms / 1000
         else:
             st.error = err
 

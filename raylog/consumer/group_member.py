@@ -270,9 +270,11 @@ class GroupMember:
         except (FencedMemberEpochError, UnknownMemberIdError) as exc:
             raise CommitFailedError(f"group {self.group_id!r} refused the commit: {exc}") from None
 
-    def fetch_committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, OffsetAndMetadata]:
+    def fetch_committed(self, partitions: Iterable[TopicPartition],
+                        timeout_s: float | None = None) -> dict[TopicPartition, OffsetAndMetadata]:
         wanted = [[tp.topic, tp.partition] for tp in partitions]
-        rows = ray_calls.get(self._coordinator_handle().fetch_offsets.remote(self.group_id, wanted), self._timeout_s)
+        rows = ray_calls.get(self._coordinator_handle().fetch_offsets.remote(self.group_id, wanted),
+                             self._timeout_s if timeout_s is None else timeout_s)
         return {TopicPartition(t, p): OffsetAndMetadata(o, m) for t, p, o, m in rows}
 
     # --- leaving --------------------------------------------------------------------------------

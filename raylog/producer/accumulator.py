@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Callable
 from collections import deque
 
 from raylog.config import ProducerConfig
@@ -78,9 +79,12 @@ class Stage:
 
 
 class RecordAccumulator:
-    def __init__(self, config: ProducerConfig, metadata: Metadata, runner: CallbackRunner):
+    def __init__(self, config: ProducerConfig, metadata: Metadata, runner: CallbackRunner,
+                 create_topic: Callable[[str], None] | None = None):
         self.config = config
         self._metadata = metadata
+        self._create_topic = create_topic
+        """Auto-creation of a topic that does not exist (None: not allowed)."""
         self._metadata_max_age_s = config.metadata_max_age_ms / 1000
         self._runner = runner
         self._lock = threading.Lock()
@@ -117,7 +121,10 @@ class RecordAccumulator:
             self._space.notify_all()
 
     def topic_info(self, topic: str) -> TopicInfo:
-        return self._metadata.topic(topic, self._metadata_max_age_s)
+        return self._metadata.topic(topic, self._metadata_max_age_s, self._create_topic)
+
+    def available_bytes(self) -> int:
+        return max(0, self._buffer_memory - self._buffered)
 
     def _track(self, result: ProduceResult) -> None:
         """Remember a result until it completes, for flush(); forget the completed ones at the head, so

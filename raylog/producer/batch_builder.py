@@ -27,7 +27,7 @@ from raylog.producer.accumulator import Stage
 from raylog.config import ProducerConfig
 from raylog.errors import RecordTooLargeError
 from raylog.producer.partitioner import StickyPartitioner, partitions_for_keys
-from raylog.records import TopicPartition
+from raylog.records import TopicPartition, serialized_header_size
 from raylog.storage import batch as record_batch
 from raylog.storage.payload import BinaryColumn
 
@@ -40,6 +40,24 @@ BATCH_OVERHEAD_BYTES = record_batch.HEADER_SIZE + 256
 def headers_size(headers) -> int:
     """Upper bound of a record's headers in the payload's msgpack (names, values, framing)."""
     return sum(len(k) + (len(v) if v is not None else 0) + 16 for k, v in headers) + 8
+
+
+def _sizes_or_absent(source, nulls: int, lengths: np.ndarray) -> np.ndarray:
+    if nulls == 0:
+        return lengths
+    if source is None or nulls == len(lengths):
+        return np.full(len(lengths), -1, dtype=np.int64)
+    return np.where(source.present(), lengths, -1)
+
+
+def _serialized_sizes(stage, keys, key_nulls: int, key_lengths: np.ndarray, values, value_nulls: int,
+                      value_lengths: np.ndarray) -> tuple:
+    """kafka-python's serialized key, value and header sizes per record (-1 where absent)."""
+    n = len(value_lengths)
+    header_sizes = (np.full(n, -1, dtype=np.int64) if stage.headers is None
+                    else np.fromiter(map(serialized_header_size, stage.headers), dtype=np.int64, count=n))
+    return (_sizes_or_absent(keys, key_nulls, key_lengths), _sizes_or_absent(values, value_nulls, value_lengths),
+            header_sizes)
 
 
 def record_size(key, value, headers) -> int:
@@ -181,7 +199,8 @@ class BatchBuilder:
         reserved = sum(b.nbytes for b in batches)
         if batches:
             batches[-1].nbytes += stage.nbytes - reserved
-        stage.result.set_batches(parts.tolist(), len(batches))
+        stage.result.set_batches(parts.tolist(), len(batches), _serialized_sizes(stage, keys, key_nulls, key_lengths,
+                                                                                 values, value_nulls, value_lengths))
         return batches
 
     def _partitions(self, stage: Stage, keys, n: int, key_nulls: int, key_lengths: np.ndarray,

@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from raylog.errors import KafkaTimeoutError
-from raylog.records import RecordMetadata
+from raylog.records import RecordMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,8 @@ class ProduceResult:
     """
 
     __slots__ = ("topic", "count", "partitions", "timestamps", "offsets", "append_times", "error_index",
-                 "errors", "pending", "done", "offset_list", "timestamp_list", "_event", "_callbacks", "_runner")
+                 "errors", "pending", "done", "offset_list", "timestamp_list", "sizes", "_event", "_callbacks",
+                 "_runner")
 
     def __init__(self, topic: str, timestamps, runner: "CallbackRunner"):
         self.topic = topic
@@ -61,14 +62,18 @@ class ProduceResult:
         self.offset_list: list[int] | None = None
         self.timestamp_list: list[int] | None = None
         """Each record's timestamp as reported back (the broker's for LogAppendTime), once done."""
+        self.sizes: tuple | None = None
+        """Per record (serialized key size, value size, header size) arrays, -1 where absent
+        (kafka-python's RecordMetadata fields), set when the run is cut."""
         self._event: threading.Event | None = None
         self._callbacks: list | None = None
         self._runner = runner
 
     # --- written by the sender -------------------------------------------------------------
 
-    def set_batches(self, partitions: list[int], batch_count: int) -> None:
+    def set_batches(self, partitions: list[int], batch_count: int, sizes: tuple | None = None) -> None:
         self.count = len(partitions)
+        self.sizes = sizes
         self.offsets = np.full(self.count, -1, dtype=np.int64)
         self.partitions = partitions
         self.pending = batch_count
@@ -141,7 +146,13 @@ class ProduceResult:
     def metadata(self, i: int) -> RecordMetadata:
         if self.offset_list is None:
             self.lists()
-        return _new_tuple(RecordMetadata, (self.topic, self.partitions[i], self.offset_list[i], self.timestamp_list[i]))
+        p = self.partitions[i]
+        if self.sizes is None:
+            ks = vs = hs = -1
+        else:
+            ks, vs, hs = int(self.sizes[0][i]), int(self.sizes[1][i]), int(self.sizes[2][i])
+        return _new_tuple(RecordMetadata, (self.topic, p, TopicPartition(self.topic, p), self.offset_list[i],
+                                           self.timestamp_list[i], None, ks, vs, hs))
 
     def add_callback(self, index: int | None, fn, on_error: bool) -> None:
         """Run ``fn`` on the callback thread once done: with the record's metadata (or the
@@ -227,8 +238,7 @@ class FutureRecordMetadata(tuple):
         KafkaTimeoutError after ``timeout`` seconds."""
         result, i = self
         if result.offset_list is not None and result.error_index is None:
-            return _new_tuple(RecordMetadata, (result.topic, result.partitions[i], result.offset_list[i],
-                                               result.timestamp_list[i]))
+            return result.metadata(i)
         result.wait(timeout)
         error = result.error(i)
         if error is not None:

@@ -11,6 +11,7 @@ sender.py). Thread-safe.
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
 from typing import Any, Sequence
@@ -20,7 +21,7 @@ import numpy as np
 from raylog import memory
 from raylog.producer.accumulator import RecordAccumulator
 from raylog.producer.batch_builder import RECORD_OVERHEAD_BYTES, ListBinary, headers_size
-from raylog.config import ProducerConfig, config_from_mapping
+from raylog.config import ProducerConfig, client_config
 from raylog.errors import (
     IllegalStateError, InvalidPartitionError, InvalidRecordError, KafkaTimeoutError, RecordTooLargeError,
 )
@@ -84,31 +85,51 @@ def _pinned(topic: str, num_partitions: int, partition, count: int) -> list[int]
     return parts
 
 
+class _PartitionerCluster:
+    """The cluster view kafka-python hands a partitioner: partitions and those with a leader."""
+
+    def __init__(self, info):
+        self._info = info
+
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        return set(range(self._info.num_partitions))
+
+    def available_partitions_for_topic(self, topic: str) -> set[int]:
+        return {p for p, leader in enumerate(self._info.leaders) if leader is not None}
+
+
 def _check_timestamp(ts) -> int:
     if not isinstance(ts, (int, np.integer)) or isinstance(ts, bool) or ts < 0:
         raise InvalidRecordError(f"timestamp_ms must be a non-negative int, got {ts!r}")
     return int(ts)
 
 
+_client_ids = itertools.count(1)
+
+
 class Producer:
-    """Publishes records to raylog topics (kafka-python's KafkaProducer names)."""
+    """Publishes records to raylog topics (kafka-python's KafkaProducer names; every
+    KafkaProducer config key is accepted, see ProducerConfig and IGNORED_CLIENT_KEYS)."""
 
     def __init__(self, cluster=None, **configs):
         from raylog.cluster import default_cluster
 
-        self.config: ProducerConfig = config_from_mapping(ProducerConfig, configs)
+        self.config: ProducerConfig = client_config(ProducerConfig, configs)
+        self.client_id = self.config.client_id or f"raylog-producer-{next(_client_ids)}"
         memory.tune()
         self._cluster = cluster or default_cluster()
         self._metadata = self._cluster.metadata
         self._producer_id = random.getrandbits(62)
         self._callbacks = CallbackRunner()
-        self._acc = RecordAccumulator(self.config, self._metadata, self._callbacks)
+        self._acc = RecordAccumulator(self.config, self._metadata, self._callbacks,
+                                      self._cluster.auto_creator(self.config.allow_auto_create_topics))
         self._sender = Sender(self.config, self._acc, self._metadata, self._producer_id)
         self._sender.start()
         self._key_serializer = self.config.key_serializer
         self._value_serializer = self.config.value_serializer
         self._max_request_size = self.config.max_request_size
         self._append = self._acc.append
+        self._partitioner = self.config.partitioner
         self._closed = False
 
     # --- API -------------------------------------------------------------------------------
@@ -122,10 +143,13 @@ class Producer:
         max_request_size), IllegalStateError (closed), or KafkaTimeoutError (buffer full for
         max_block_ms). A record too large for the topic's max_message_bytes fails its own future.
         """
+        original_key, original_value = key, value
         if key is not None and (self._key_serializer is not None or type(key) is not bytes):
             key = self._key_bytes(key)
         if value is not None and (self._value_serializer is not None or type(value) is not bytes):
             value = self._value_bytes(value)
+        if partition is None and self._partitioner is not None:
+            partition = self._partition_of(topic, original_key, key, original_value, value)
         size = RECORD_OVERHEAD_BYTES
         if key is not None:
             size += len(key)
@@ -150,6 +174,15 @@ class Producer:
         if partition is not None and (type(partition) is not int or partition < 0):
             raise InvalidPartitionError(f"partition must be a non-negative int, got {partition!r}")
         return self._acc.append_record(topic, key, value, timestamp_ms, headers, partition, size)
+
+    def _partition_of(self, topic: str, key, serialized_key, value, serialized_value) -> int:
+        """The configured partitioner's choice, called as kafka-python calls it."""
+        view = _PartitionerCluster(self._acc.topic_info(topic))
+        chosen = self._partitioner
+        if callable(getattr(chosen, "partition", None)):
+            return chosen.partition(topic, key, serialized_key, value, serialized_value, view)
+        return chosen(serialized_key, sorted(view.partitions_for_topic(topic)),
+                      sorted(view.available_partitions_for_topic(topic)))
 
     def _key_bytes(self, key) -> bytes:
         if self._key_serializer is not None:
@@ -210,6 +243,10 @@ class Producer:
             raise RecordTooLargeError(f"record {int(sizes.argmax())} of {biggest} bytes is larger than "
                                       f"max_request_size ({self._max_request_size} bytes)")
         info = self._acc.topic_info(topic)
+        if partition is None and self._partitioner is not None:
+            raw_keys = ([None] * count if keys is None
+                        else keys.items if isinstance(keys, ListBinary) else keys.array.to_pylist())
+            partition = [self._partition_of(topic, k, k, None, None) for k in raw_keys]
         partitions = None if partition is None else _pinned(topic, info.num_partitions, partition, count)
         result = self._acc.append_stage(topic, info, keys if keys is not None else [None] * count, values,
                                         timestamps, headers, partitions, int(sizes.sum()), keyed=keys is not None)
@@ -258,7 +295,18 @@ class Producer:
                 self._sender.join(5)
 
     def partitions_for(self, topic: str) -> set[int]:
+        """The topic's partition ids (kafka-python's; creates the topic when auto-creation applies)."""
         return set(range(self._acc.topic_info(topic).num_partitions))
+
+    def metrics(self, raw: bool = False) -> dict | None:
+        """kafka-python's producer metrics, {group: {name: value}} ('producer-metrics':
+        record-send-rate, request-latency-avg, ...); None with metrics_enabled=False."""
+        if not self.config.metrics_enabled:
+            return None
+        return self._sender.metrics.report(self.config.buffer_memory, self._acc.available_bytes())
+
+    def __repr__(self) -> str:
+        return f"<Producer client_id={self.client_id}>"
 
     def __enter__(self) -> "Producer":
         return self

@@ -51,6 +51,7 @@ import numpy as np
 from raylog import ray_calls
 from raylog.producer.accumulator import RecordAccumulator
 from raylog.producer.batch_builder import BatchBuilder, ProducerBatch
+from raylog.client_metrics import ProducerMetrics
 from raylog.config import ProducerConfig
 from raylog.errors import (
     IllegalStateError, InvalidProducerEpochError, KafkaTimeoutError, OutOfOrderSequenceError,
@@ -124,6 +125,7 @@ class Sender(threading.Thread):
         self._in_flight_by_topic: dict[str, int] = {}
         self._halt = False
         self._abort_error: BaseException | None = None
+        self.metrics = ProducerMetrics()
 
     # --- the loop -----------------------------------------------------------------------------
 
@@ -251,12 +253,16 @@ class Sender(threading.Thread):
             self._on_error(st, batch, ray_calls.translate(exc), now)
             return
         batch.sent_at = now
+        self.metrics.bytes.record(len(batch.records), now)
+        if batch.ever_sent:
+            self.metrics.retries.record(batch.count, now)
         batch.ever_sent = True
         st.in_flight += 1
         self._in_flight_by_topic[batch.tp.topic] = self._in_flight_by_topic.get(batch.tp.topic, 0) + 1
         attempt = batch.attempts
         self.in_flight[ref] = (batch, attempt)
         if self.acks == 0:
+            self.metrics.records.record(batch.count, now)
             batch.result.complete_batch(batch.indices, -1)
         ref.future().add_done_callback(lambda _f, ref=ref: self._responded(ref))
 
@@ -285,7 +291,13 @@ class Sender(threading.Thread):
                 self.acc.release(batch.nbytes)
             return
         st.unresolved -= 1
+        now = time.monotonic()
+        metrics = self.metrics
+        metrics.requests.record((now - batch.sent_at) * 1000, now)
+        metrics.batch_records.record(batch.count, now)
+        metrics.batch_bytes.record(len(batch.records), now)
         if self.acks != 0:
+            metrics.records.record(batch.count, now)
             base_offset, _, log_append_time_ms = response[:3]
             batch.result.complete_batch(batch.indices, base_offset, log_append_time_ms)
         self.acc.release(batch.nbytes)
@@ -360,5 +372,6 @@ class Sender(threading.Thread):
             st.queue = deque(sorted(st.queue, key=lambda b: b.order))
 
     def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
+        self.metrics.errors.record(batch.count)
         batch.result.fail_batch(batch.indices, error)
         self.acc.release(batch.nbytes)

@@ -18,7 +18,7 @@ unchanged. The header is Kafka's v2 batch header, big-endian:
         51     2  producer_epoch
         53     4  base_sequence
         57     4  record_count
-        61        payload            see payload.py (columns in Arrow's binary layout, optionally lz4)
+        61        payload            see payload.py (columns in Arrow's binary layout, optionally compressed)
 
 The CRC starts at attributes so the broker can stamp base_offset and
 leader_epoch (and never anything else) without recomputing it: the bytes a
@@ -301,7 +301,8 @@ class RecordBatch:
             raise CorruptRecordError(f"negative base_offset {base_offset}")
         codec = attributes & CODEC_MASK
         if codec not in _payload.KNOWN_CODECS:
-            raise UnsupportedCodecError(f"batch uses compression codec {codec}; raylog supports none (0) and lz4 (3)")
+            raise UnsupportedCodecError(f"batch uses compression codec {codec}; raylog supports "
+                                        f"{_payload.SUPPORTED_CODECS}")
         actual = self.compute_crc()
         if actual != crc:
             raise CorruptRecordError(f"crc mismatch: header says {crc:#010x}, bytes give {actual:#010x}")

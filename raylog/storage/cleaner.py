@@ -150,7 +150,7 @@ def _rewrite(seg: Segment, last: dict[bytes, int], mapped_to: int, drop_tombston
             keys=[keys[i] for i in keep],
             timestamps_ms=[timestamps[i] for i in keep],
             headers=[cols.headers[i] for i in keep] if cols.headers is not None else None,
-            compression="lz4" if batch.codec == record_batch._payload.CODEC_LZ4 else "none",
+            compression=record_batch._payload.NAME_BY_CODEC[batch.codec],
             offset_deltas=[offsets[i] - base for i in keep],
             last_offset_delta=batch.last_offset_delta,
             base_offset=base,

@@ -50,6 +50,9 @@ RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
 """The offset below which every segment's data was fsynced; recovery after a crash scans from it."""
 LEADER_EPOCH_CHECKPOINT_FILE = "leader-epoch-checkpoint"
 PARTITION_METADATA_FILE = "partition.metadata"
+TOPIC_CONFIG_FILE = "topic-config"
+"""The newest topic config the replica was told (version and fields, JSON): a replica Ray restarts
+gets its creation-time config as arguments and must not apply a retention since altered."""
 
 CHECKPOINT_VERSION = 1
 OFFSET_DIGITS = 20

@@ -54,7 +54,7 @@ from typing import Callable
 
 from raylog.config import NEVER, TopicConfig
 from raylog.errors import (
-    CorruptRecordError, InvalidOffsetError, InvalidRecordError, KafkaStorageError, LogDirError,
+    CorruptRecordError, InvalidConfigError, InvalidOffsetError, InvalidRecordError, KafkaStorageError, LogDirError,
     OffsetOutOfRangeError,
 )
 from raylog.storage import files, recovery
@@ -246,7 +246,9 @@ class PartitionLog:
         # the data's age, not by how fast it is replayed.
         expired = seg.first_batch_timestamp is not None and \
             max_timestamp - seg.first_batch_timestamp > self.config.segment_ms
-        if (not seg.fits(nbytes) or seg.index_full or expired
+        # seg.fits bounds the segment by the size its file was made for; self.config.segment_bytes
+        # is lower than that when the topic's segment.bytes was lowered since (reconfigure).
+        if (not seg.fits(nbytes) or seg.size + nbytes > self.config.segment_bytes or seg.index_full or expired
                 or last_offset - seg.base_offset > MAX_RELATIVE_OFFSET):
             self.roll()
 
@@ -315,6 +317,21 @@ class PartitionLog:
             if found is not None and found[0] >= self.log_start_offset:
                 return found
         return None
+
+    # --- live config ------------------------------------------------------------------
+
+    def reconfigure(self, config: TopicConfig) -> None:
+        """Take the topic's altered config. What reads it per call applies from the next call:
+        max_message_bytes and message_timestamp_type to the next append, retention (retention_ms,
+        retention_bytes, a cleanup_policy change) to the next delete_old_segments and
+        next_maintenance_ms (the owner runs maintenance to apply it), flush_messages and flush_ms to
+        the next flush check, delete_retention_ms to the next cleaning round. segment_bytes and
+        segment_ms bound the active segment at once (a lower segment_bytes rolls it at the next append
+        that would pass it); a higher segment_bytes, segment_index_bytes and index_interval_bytes
+        apply to the segments rolled from now on, whose files are sized when they are created."""
+        if not isinstance(config, TopicConfig):
+            raise InvalidConfigError(f"reconfigure takes a TopicConfig, got {type(config).__name__}")
+        self.config = config
 
     # --- retention, truncation -------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""The columnar payload inside a record batch, and its lz4 framing.
+"""The columnar payload inside a record batch, and its compression.
 
 Two layouts exist; the batch's magic byte says which one a payload uses.
 
@@ -32,10 +32,28 @@ readable): one msgpack array ``[keys, values, timestamp_deltas, headers,
 offset_deltas]`` of per-record bins and ints. Decoding it builds the same
 ``Columns`` as magic 2, at a cost per record.
 
-With codec lz4 the payload bytes are compressed as a whole with lz4's block
-format, prefixed by the uncompressed size as 4 little-endian bytes (the
-``store_size`` framing of the ``lz4`` package). Block beats frame format
-here: no frame header or checksum to pay for, and the batch CRC covers it.
+A compressed payload is the payload bytes compressed as a whole, framed so
+the uncompressed size is declared before any byte is inflated:
+
+- lz4 (3): lz4's block format prefixed by the uncompressed size as 4
+  little-endian bytes (the ``store_size`` framing of the ``lz4`` package).
+- gzip (1): one RFC 1952 member (mtime 0, so the bytes depend only on the
+  input), deflate level 6 (Kafka's default); the declared size is the
+  trailer's ISIZE.
+- snappy (2): snappy's raw block format, whose varint preamble is the size.
+- zstd (4): one zstd frame with its content size in the frame header, level
+  3 (Kafka's default).
+
+Blocks beat streaming framings here (lz4's frame; for snappy the xerial
+framing Kafka's Java client writes, or snappy's framing format): the payload
+is compressed in one call, so chunks buy nothing; the batch CRC32C already
+covers it, so per-chunk checksums would be paid twice; and a raylog payload
+is not Kafka's record layout, so Kafka's framing buys no interoperability.
+Readers take what other gzip writers make (header fields, several members)
+as long as the whole payload inflates to the last member's ISIZE. A declared
+size above ``MAX_UNCOMPRESSED_BYTES`` is refused before inflating, and a
+payload inflates into a buffer of exactly its declared size, so a stream
+that would run past it (a decompression bomb) is refused while inflating.
 
 Every decode validates what it reads (lengths, offsets monotonic and inside
 the data, bitmaps agreeing with null counts): a CRC only proves the bytes are
@@ -48,6 +66,7 @@ import struct
 from dataclasses import dataclass
 from typing import Sequence
 
+import cramjam
 import lz4.block
 import msgpack
 import numpy as np
@@ -55,11 +74,25 @@ import numpy as np
 from raylog.errors import CorruptRecordError, UnsupportedCodecError
 
 CODEC_NONE = 0
+CODEC_GZIP = 1
+CODEC_SNAPPY = 2
 CODEC_LZ4 = 3
-"""Codec ids are Kafka's (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd); raylog implements 0 and 3."""
+CODEC_ZSTD = 4
+"""Codec ids are Kafka's (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd)."""
 
-CODEC_BY_NAME = {"none": CODEC_NONE, None: CODEC_NONE, "lz4": CODEC_LZ4}
-KNOWN_CODECS = frozenset(CODEC_BY_NAME.values())
+CODEC_BY_NAME = {"none": CODEC_NONE, None: CODEC_NONE, "gzip": CODEC_GZIP, "snappy": CODEC_SNAPPY,
+                 "lz4": CODEC_LZ4, "zstd": CODEC_ZSTD}
+"""compression_type names (kafka-python's) to codec ids."""
+NAME_BY_CODEC = {CODEC_NONE: "none", CODEC_GZIP: "gzip", CODEC_SNAPPY: "snappy", CODEC_LZ4: "lz4",
+                 CODEC_ZSTD: "zstd"}
+KNOWN_CODECS = frozenset(NAME_BY_CODEC)
+SUPPORTED_CODECS = ", ".join(f"{name} ({codec})" for codec, name in sorted(NAME_BY_CODEC.items()))
+"""For error messages: 'none (0), gzip (1), snappy (2), lz4 (3), zstd (4)'."""
+
+GZIP_LEVEL = 6
+"""zlib's default, and Kafka's (compression.gzip.level)."""
+ZSTD_LEVEL = 3
+"""zstd's default, and Kafka's (compression.zstd.level)."""
 
 LAYOUT_ROWS = 1
 LAYOUT_ARROW = 2
@@ -158,11 +191,12 @@ class Columns:
 
 
 def codec_id(compression_type: str | None) -> int:
-    """Map a compression_type name ('lz4', 'none') to its codec id."""
+    """Map a compression_type name ('gzip', 'snappy', 'lz4', 'zstd', 'none' or None) to its codec id."""
     try:
         return CODEC_BY_NAME[compression_type]
-    except KeyError:
-        raise UnsupportedCodecError(f"unsupported compression_type {compression_type!r}; use 'lz4' or 'none'") from None
+    except (KeyError, TypeError):
+        names = ", ".join(repr(name) for name in CODEC_BY_NAME)
+        raise UnsupportedCodecError(f"unsupported compression_type {compression_type!r}; use one of {names}") from None
 
 
 def _pad(n: int) -> int:
@@ -193,10 +227,75 @@ def encode(keys: BinaryColumn, values: BinaryColumn, timestamp_deltas: np.ndarra
         return lz4.block.compress(raw, store_size=True)
     if codec == CODEC_NONE:
         return raw
-    raise UnsupportedCodecError(f"unknown codec id {codec}")
+    if codec == CODEC_ZSTD:
+        return bytes(cramjam.zstd.compress(raw, level=ZSTD_LEVEL))
+    if codec == CODEC_SNAPPY:
+        return bytes(cramjam.snappy.compress_raw(raw))
+    if codec == CODEC_GZIP:
+        return bytes(cramjam.gzip.compress(raw, level=GZIP_LEVEL))
+    raise UnsupportedCodecError(f"unknown codec id {codec}; raylog supports {SUPPORTED_CODECS}")
+
+
+# Why cramjam for gzip, snappy and zstd: one wheel (Rust bindings over the reference C libraries)
+# with no system library to install, which releases the GIL while it works, and whose *_into
+# calls inflate into a caller's buffer and fail rather than grow it, which is the bomb bound.
+# python-snappy is now a shim over cramjam; zstandard measured the same speed for zstd alone.
+# lz4 stays on the lz4 package: the bytes of existing batches are its block format.
+
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_GZIP_MIN_MEMBER = 18
+"""A gzip member's 10-byte header and 8-byte trailer (CRC32, ISIZE)."""
+
+
+def _gzip_size(payload) -> int:
+    if len(payload) < _GZIP_MIN_MEMBER:
+        raise CorruptRecordError(f"gzip payload of {len(payload)} bytes is shorter than a gzip member")
+    return _U32.unpack_from(payload, len(payload) - 4)[0]
+
+
+def _snappy_size(payload) -> int:
+    try:
+        return cramjam.snappy.decompress_raw_len(payload)
+    except cramjam.DecompressionError as exc:
+        raise CorruptRecordError(f"snappy payload has no size preamble: {exc}") from None
+
+
+def _zstd_size(payload) -> int:
+    """The first frame's Frame_Content_Size (RFC 8878 3.1.1.1); required, since the encoder always writes it."""
+    if len(payload) < 6 or payload[:4] != _ZSTD_MAGIC:
+        raise CorruptRecordError("zstd payload does not start with a zstd frame")
+    descriptor = payload[4]
+    single_segment = (descriptor >> 5) & 1
+    size_bytes = (single_segment, 2, 4, 8)[descriptor >> 6]
+    if not size_bytes:
+        raise CorruptRecordError("zstd frame does not declare its content size")
+    at = 5 + (1 - single_segment) + (0, 1, 2, 4)[descriptor & 3]
+    if at + size_bytes > len(payload):
+        raise CorruptRecordError("zstd payload ends inside its frame header")
+    size = int.from_bytes(payload[at:at + size_bytes], "little")
+    return size + 256 if size_bytes == 2 else size
+
+
+_DECLARED_SIZE = {CODEC_GZIP: _gzip_size, CODEC_SNAPPY: _snappy_size, CODEC_ZSTD: _zstd_size}
+_DECOMPRESS_INTO = {CODEC_GZIP: cramjam.gzip.decompress_into, CODEC_SNAPPY: cramjam.snappy.decompress_raw_into,
+                    CODEC_ZSTD: cramjam.zstd.decompress_into}
 
 
 def _inflate(payload: bytes | memoryview, codec: int):
+    if codec in _DECLARED_SIZE:
+        name = NAME_BY_CODEC[codec]
+        size = _DECLARED_SIZE[codec](payload)
+        if size > MAX_UNCOMPRESSED_BYTES:
+            raise CorruptRecordError(f"{name} payload claims {size} uncompressed bytes (> {MAX_UNCOMPRESSED_BYTES})")
+        out = np.empty(size, dtype=np.uint8)  # aligned, and not zeroed first: every byte gets written
+        try:
+            got = _DECOMPRESS_INTO[codec](payload, out)
+        except cramjam.DecompressionError as exc:
+            raise CorruptRecordError(f"{name} payload does not decompress into its {size} declared bytes: {exc}") \
+                from None
+        if got != size:
+            raise CorruptRecordError(f"{name} payload inflated to {got} bytes, it declares {size}")
+        return out
     if codec == CODEC_LZ4:
         if len(payload) < 4:
             raise CorruptRecordError("lz4 payload shorter than its size prefix")
@@ -209,7 +308,7 @@ def _inflate(payload: bytes | memoryview, codec: int):
             raise CorruptRecordError(f"lz4 payload does not decompress: {exc}") from None
     if codec == CODEC_NONE:
         return payload
-    raise UnsupportedCodecError(f"unknown codec id {codec}")
+    raise UnsupportedCodecError(f"unknown codec id {codec}; raylog supports {SUPPORTED_CODECS}")
 
 
 def decode(payload: bytes | memoryview, codec: int, record_count: int, layout: int = LAYOUT_ARROW) -> Columns:

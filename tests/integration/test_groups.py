@@ -277,7 +277,8 @@ def test_two_groups_each_get_every_record_and_a_manual_consumer_changes_nothing(
     producer.flush(timeout=30)
     first = cluster.consumer(group_id=group, auto_offset_reset="earliest", **MEMBER)
     second = cluster.consumer(group_id=group + "-2", auto_offset_reset="earliest", **MEMBER)
-    manual = cluster.consumer(group_id=group, auto_offset_reset="earliest")
+    # Assigned under the group's id it would auto-commit (as kafka-python's does), before the group has a member.
+    manual = cluster.consumer(group_id=group, auto_offset_reset="earliest", enable_auto_commit=False)
     manual.assign([TopicPartition(topic, 0)])
     first.subscribe([topic])
     second.subscribe([topic])
@@ -329,6 +330,8 @@ def test_admin_lists_describes_shows_lag_resets_and_deletes_groups(cluster, caps
     assert admin.reset_consumer_group_offsets(group, [topic], to="latest") == \
         {TopicPartition(topic, 0): 50, TopicPartition(topic, 1): 30}
     assert cli.main(["groups", "reset", group, "--topic", topic, "--to-earliest"]) == 0
+    assert admin.list_consumer_group_offsets(group)[TopicPartition(topic, 1)].offset == 30  # a dry run
+    assert cli.main(["groups", "reset", group, "--topic", topic, "--to-earliest", "--execute"]) == 0
     assert admin.list_consumer_group_offsets(group)[TopicPartition(topic, 1)].offset == 0
     assert cli.main(["groups", "describe", group]) == 0 and cli.main(["groups", "list"]) == 0
     capsys.readouterr()

@@ -186,7 +186,7 @@ def test_fail_on_data_loss_errors_or_skips_ahead_when_the_start_was_deleted(clus
     start = json.dumps({topic: {"0": 10}})
     with pytest.raises(OffsetOutOfRangeError, match=f"{topic}-0: starting offset 10 is below the log start offset 40"):
         spark_bridge.read(spark, topic, starting_offsets=start)
-    with caplog.at_level(logging.WARNING, logger="spark_bridge.read"):
+    with caplog.at_level(logging.WARNING, logger="raylog.spark_bridge.read"):
         df = spark_bridge.read(spark, topic, starting_offsets=start, fail_on_data_loss=False)
     assert offsets_of(df) == expect(p0=range(40, 100))
     assert f"{topic}-0: records 10..39 are gone" in caplog.text

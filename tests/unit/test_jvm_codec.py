@@ -1,7 +1,8 @@
 """The Spark connector's Java codec against raylog's Python one, on real bytes, both ways.
 
 BatchDecoder and BatchEncoder (spark_bridge/jvm) are a second implementation of the batch
-format of raylog/storage/batch.py and payload.py, and Murmur2 a second murmur2: a difference
+format of raylog/storage/batch.py and payload.py (the decoder: every codec, none, gzip, snappy,
+lz4 and zstd; the encoder: lz4 and none), and Murmur2 a second murmur2: a difference
 would mean Spark reads other records than a Python consumer, or writes batches the broker
 refuses, or sends a key to another partition than a Python producer. tests/unit/jvm/CodecCheck.java
 runs the package-private classes in a plain JVM (no Spark session, no Ray) on files this test
@@ -13,8 +14,10 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import struct
 import subprocess
 import sysconfig
+import zlib
 from pathlib import Path
 
 import crc32c
@@ -32,6 +35,7 @@ from raylog.producer.partitioner import murmur2
 from raylog.storage import batch as rb
 from tests.support.v1_batches import build_v1
 from tests.unit.producer.test_partitioner import KAFKA_UTILS_TEST_VECTORS
+from tests.unit.storage.test_codecs import corrupt_bodies, golden, with_body
 
 ROOT = Path(__file__).resolve().parents[2]
 JVM_DIR = ROOT / "spark_bridge" / "jvm"
@@ -234,9 +238,45 @@ def _log_append_time(data: bytearray, now_ms: int) -> bytearray:
     return data
 
 
+def _gzip_member(raw: bytes, flags: int) -> bytes:
+    """An RFC 1952 member with the optional header fields ``flags`` names (FHCRC 2, FEXTRA 4,
+    FNAME 8, FCOMMENT 16): what another gzip writer may produce, and Python reads."""
+    head = bytearray(b"\x1f\x8b\x08" + bytes([flags]) + b"\x5e\x00\x00\x00\x02\x03")
+    if flags & 4:
+        head += struct.pack("<H", 5) + b"ex\x00tr"
+    if flags & 8:
+        head += "n\u00e4me.bin".encode() + b"\x00"
+    if flags & 16:
+        head += b"a comment\x00"
+    if flags & 2:
+        head += struct.pack("<H", zlib.crc32(head) & 0xFFFF)
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    return bytes(head) + c.compress(raw) + c.flush() + struct.pack("<II", zlib.crc32(raw), len(raw))
+
+
+def _gzip_of_other_writers() -> bytearray:
+    """MIXED as gzip, written as an empty member then one with every optional header field."""
+    raw = bytes(rb.build(**MIXED, compression="none")[rb.HEADER_SIZE:])
+    return bytearray(with_body(rb.build(**MIXED, compression="gzip"), _gzip_member(b"", 0) + _gzip_member(raw, 30)))
+
+
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+
+
 SCENARIOS = {
     "mixed lz4": lambda: [rb.build(**MIXED, compression="lz4")],
     "mixed uncompressed": lambda: [rb.build(**MIXED, compression="none")],
+    "mixed gzip": lambda: [rb.build(**MIXED, compression="gzip")],
+    "mixed snappy": lambda: [rb.build(**MIXED, compression="snappy")],
+    "mixed zstd": lambda: [rb.build(**MIXED, compression="zstd")],
+    "every codec in one fetch": lambda: [rb.build(**MIXED, compression=c) for c in CODECS] + [
+        rb.build([b"x%d" % i for i in range(5)], keys=[b"k"] * 5, timestamps_ms=TS, compression=c) for c in CODECS],
+    "gzip from other writers (header fields, two members)": lambda: [_gzip_of_other_writers()],
+    "LogAppendTime, every codec": lambda: [_log_append_time(rb.build(**MIXED, compression=c), TS + 7)
+                                           for c in CODECS],
+    "compacted, every codec": lambda: [
+        rb.build([b"a", None, b"c"], keys=[b"k1", b"k2", b"k3"], timestamps_ms=[TS, TS + 1, TS + 2],
+                 offset_deltas=[0, 2, 5], last_offset_delta=6, compression=c) for c in CODECS],
     "no keys, no headers": lambda: [rb.build([b"a", b"bb", b""], timestamps_ms=TS)],
     "every value null": lambda: [rb.build([None, None], keys=[b"a", b"b"], timestamps_ms=TS, compression="none")],
     "every key and value null": lambda: [rb.build([None] * 3, keys=[None] * 3, timestamps_ms=TS)],
@@ -265,6 +305,11 @@ SCENARIOS = {
         keys=[None if i % 3 == 0 else b"key-%d" % (i % 17) for i in range(3000)],
         timestamps_ms=[TS + (i * 7919) % 1000 for i in range(3000)],
         headers=[[("n", b"%d" % i)] if i % 250 == 0 else None for i in range(3000)])],
+    "3000 records, gzip, snappy and zstd": lambda: [rb.build(
+        [None if i % 97 == 0 else bytes([i % 256]) * (i % 50) for i in range(3000)],
+        keys=[None if i % 3 == 0 else b"key-%d" % (i % 17) for i in range(3000)],
+        timestamps_ms=[TS + (i * 7919) % 1000 for i in range(3000)], compression=c)
+        for c in ("gzip", "snappy", "zstd")],
 }
 
 
@@ -404,6 +449,10 @@ FORGED = {
                                                          _int32(OFFSET_DELTAS, 2, 2), offset_deltas=[0, 2, 3]),
     "a negative offset delta": lambda: _forged_payload([b"a", b"b"], [b"1", b"2"], _int32(OFFSET_DELTAS, 0, -1),
                                                        offset_deltas=[0, 1]),
+    # gzip, snappy and zstd payloads that do not inflate to their declared size or past the bound
+    # (tests/unit/storage/test_codecs.py's list, each in the batch of that test's golden records).
+    **{name: (lambda codec=codec, body=body: with_body(golden(codec), body))
+       for name, (codec, body) in corrupt_bodies().items()},
 }
 
 @pytest.fixture(scope="module")
@@ -516,7 +565,7 @@ _header_pairs = st.one_of(st.none(), st.lists(st.tuples(st.text(max_size=6), st.
                                               max_size=3))
 _record = st.fixed_dictionaries({"key": _bytes, "value": _bytes, "timestamp": st.integers(TS - 10**6, TS + 10**6),
                                  "headers": _header_pairs})
-_batch = st.tuples(st.lists(_record, min_size=1, max_size=40), st.sampled_from(["lz4", "none"]),
+_batch = st.tuples(st.lists(_record, min_size=1, max_size=40), st.sampled_from(CODECS),
                    st.booleans())  # the last: stamp LogAppendTime
 
 

@@ -13,7 +13,7 @@ from raylog.errors import InvalidConfigError
     ({"retries": 0}, "retries"),
     ({"acks": 2}, "acks"),
     ({"acks": "leader"}, "acks"),
-    ({"compression_type": "zstd"}, "compression_type"),
+    ({"compression_type": "brotli"}, "compression_type"),
     ({"batch_size": 0}, "batch_size"),
     ({"linger_ms": -1}, "linger_ms"),
     ({"metadata_max_age_ms": -5}, "metadata_max_age_ms"),

@@ -19,7 +19,7 @@ class StaticTopics:
     def __init__(self, partitions: int = 3):
         self.partitions = partitions
 
-    def topic(self, name, max_age_s=None):
+    def topic(self, name, max_age_s=None, create=None):
         return TopicInfo(None, [None] * self.partitions, self.partitions, 8 << 20, time.monotonic())
 
 

@@ -230,7 +230,7 @@ def with_codec(buf, codec):
     (b"garbage" * 20, CorruptRecordError),
     (b"", CorruptRecordError),
     (with_crc(valid(), 1), CorruptRecordError),
-    (with_codec(valid(), 4), UnsupportedCodecError),
+    (with_codec(valid(), 5), UnsupportedCodecError),
     (rb.build([b"x" * 5000], compression="none"), RecordTooLargeError),
     (valid()[:-3], CorruptRecordError),
     (valid() + b"\x00" * 20, CorruptRecordError),

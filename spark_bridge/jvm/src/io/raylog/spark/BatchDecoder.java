@@ -4,7 +4,11 @@ import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.zip.CRC32;
 import java.util.zip.CRC32C;
+import java.util.zip.DataFormatException;
+import java.util.zip.Inflater;
+import com.github.luben.zstd.Zstd;
 import net.jpountz.lz4.LZ4Factory;
 import net.jpountz.lz4.LZ4SafeDecompressor;
 import org.apache.arrow.memory.ArrowBuf;
@@ -26,6 +30,8 @@ import org.apache.spark.unsafe.types.UTF8String;
 import org.msgpack.core.MessagePack;
 import org.msgpack.core.MessageUnpacker;
 import org.msgpack.value.ValueType;
+import org.xerial.snappy.Snappy;
+import org.xerial.snappy.SnappyError;
 
 /**
  * raylog's record batches (raylog/storage/batch.py and payload.py) decoded into Spark
@@ -34,7 +40,10 @@ import org.msgpack.value.ValueType;
  * binary layout, so no record is touched); offset and timestamp are computed from the base
  * values and the delta buffers on access; topic, partition and timestampType are constants.
  * Only the columns the query asks for are made. The batch CRC (CRC32C from attributes on) is
- * checked before anything is read.
+ * checked before anything is read. Codecs and their framing are payload.py's: lz4 (lz4-java),
+ * gzip (java.util.zip), snappy (snappy-java) and zstd (zstd-jni), all jars Spark ships; each
+ * payload declares its uncompressed size, which is bounded before anything is inflated, and
+ * inflates into a buffer of exactly that size.
  */
 final class BatchDecoder {
   static final int HEADER_SIZE = 61;
@@ -47,7 +56,10 @@ final class BatchDecoder {
   static final int MAX_TIMESTAMP_POS = 35;
   static final int RECORD_COUNT_POS = 57;
   static final int CODEC_NONE = 0;
+  static final int CODEC_GZIP = 1;
+  static final int CODEC_SNAPPY = 2;
   static final int CODEC_LZ4 = 3;
+  static final int CODEC_ZSTD = 4;
   static final int TIMESTAMP_TYPE_LOG_APPEND = 0x08;
   static final int LAYOUT_ROWS = 1;
   static final int LAYOUT_ARROW = 2;
@@ -267,8 +279,18 @@ final class BatchDecoder {
       raw.writerIndex(length);
       return raw;
     }
+    if (codec == CODEC_GZIP) {
+      return gunzip(buf, start, length);
+    }
+    if (codec == CODEC_SNAPPY) {
+      return unsnappy(buf, start, length);
+    }
+    if (codec == CODEC_ZSTD) {
+      return unzstd(buf, start, length);
+    }
     if (codec != CODEC_LZ4) {
-      throw new RaylogSparkException("UnsupportedCodecError", topic + "-" + partition + ": unknown codec id " + codec);
+      throw new RaylogSparkException("UnsupportedCodecError", topic + "-" + partition + ": unknown codec id " + codec
+          + "; raylog supports none (0), gzip (1), snappy (2), lz4 (3), zstd (4)");
     }
     if (length < 4) {
       throw corrupt("lz4 payload shorter than its size prefix");
@@ -293,6 +315,181 @@ final class BatchDecoder {
     }
     raw.writerIndex(size);
     return raw;
+  }
+
+  /** A buffer for a payload that declares {@code size} uncompressed bytes, refused above the bound. */
+  private ArrowBuf declared(String codec, long size) {
+    if (size < 0 || size > MAX_UNCOMPRESSED_BYTES) {
+      throw corrupt(codec + " payload claims " + Long.toUnsignedString(size) + " uncompressed bytes (> "
+          + MAX_UNCOMPRESSED_BYTES + ")");
+    }
+    ArrowBuf raw = allocator.buffer(Math.max(size, 1));
+    raw.writerIndex(size);
+    return raw;
+  }
+
+  /** The compressed bytes in a direct buffer, for the JNI codecs that read only direct memory. */
+  private ArrowBuf direct(byte[] buf, int start, int length) {
+    ArrowBuf src = allocator.buffer(Math.max(length, 1));
+    src.setBytes(0, buf, start, length);
+    return src;
+  }
+
+  private static long le32(byte[] buf, int at) {
+    return ByteBuffer.wrap(buf, at, 4).order(ByteOrder.LITTLE_ENDIAN).getInt() & 0xFFFFFFFFL;
+  }
+
+  /** RFC 1952 members (payload.py writes one); the size declared is the last trailer's ISIZE. */
+  private ArrowBuf gunzip(byte[] buf, int start, int length) {
+    if (length < 18) {
+      throw corrupt("gzip payload of " + length + " bytes is shorter than a gzip member");
+    }
+    long size = le32(buf, start + length - 4);
+    ArrowBuf raw = declared("gzip", size);
+    Inflater inflater = new Inflater(true);
+    try {
+      ByteBuffer dest = raw.nioBuffer(0, (int) size);
+      int end = start + length;
+      int at = start;
+      while (at < end) {
+        at = gzipHeader(buf, at, end);
+        inflater.reset();
+        inflater.setInput(buf, at, end - at);
+        int memberStart = dest.position();
+        while (!inflater.finished()) {
+          int before = inflater.getRemaining();
+          int n = inflater.inflate(dest);
+          if (n == 0 && inflater.getRemaining() == before && !inflater.finished()) {
+            throw corrupt(!dest.hasRemaining() ? "gzip payload inflates past the " + size + " bytes it declares"
+                : inflater.needsInput() ? "gzip payload ends inside its deflate stream"
+                : "gzip payload does not decompress: no progress");
+          }
+        }
+        at = end - inflater.getRemaining();
+        if (end - at < 8) {
+          throw corrupt("gzip member ends without its trailer");
+        }
+        CRC32 crc = new CRC32();
+        crc.update(raw.nioBuffer(memberStart, dest.position() - memberStart));
+        if (crc.getValue() != le32(buf, at) || ((dest.position() - memberStart) & 0xFFFFFFFFL) != le32(buf, at + 4)) {
+          throw corrupt("gzip member's CRC32 or size disagrees with its trailer");
+        }
+        at += 8;
+      }
+      if (dest.position() != size) {
+        throw corrupt("gzip payload inflated to " + dest.position() + " bytes, it declares " + size);
+      }
+      return raw;
+    } catch (DataFormatException e) {
+      raw.close();
+      throw corrupt("gzip payload does not decompress: " + e.getMessage());
+    } catch (RuntimeException e) {
+      raw.close();
+      throw e;
+    } finally {
+      inflater.end();
+    }
+  }
+
+  /** Where the deflate data of the member at {@code at} starts (RFC 1952 2.3: optional fields skipped). */
+  private int gzipHeader(byte[] buf, int at, int end) {
+    if (end - at < 10 || (buf[at] & 0xFF) != 0x1f || (buf[at + 1] & 0xFF) != 0x8b || buf[at + 2] != 8
+        || (buf[at + 3] & 0xE0) != 0) {
+      throw corrupt("gzip payload holds something other than a gzip member");
+    }
+    int flags = buf[at + 3];
+    int p = at + 10;
+    if ((flags & 0x04) != 0) {  // FEXTRA
+      p = p + 2 > end ? end + 1 : p + 2 + ((buf[p] & 0xFF) | (buf[p + 1] & 0xFF) << 8);
+    }
+    for (int field : new int[] {0x08, 0x10}) {  // FNAME, FCOMMENT: zero-terminated
+      if ((flags & field) != 0) {
+        while (p < end && buf[p] != 0) {
+          p++;
+        }
+        p++;
+      }
+    }
+    if ((flags & 0x02) != 0) {  // FHCRC: the low 16 bits of the header's CRC32
+      if (p + 2 <= end) {
+        CRC32 crc = new CRC32();
+        crc.update(buf, at, p - at);
+        if ((crc.getValue() & 0xFFFF) != ((buf[p] & 0xFF) | (buf[p + 1] & 0xFF) << 8)) {
+          throw corrupt("gzip member's header CRC disagrees with its header");
+        }
+      }
+      p += 2;
+    }
+    if (p > end) {
+      throw corrupt("gzip payload ends inside a member's header");
+    }
+    return p;
+  }
+
+  /** snappy's raw block: a varint preamble with the size, then the compressed bytes. */
+  private ArrowBuf unsnappy(byte[] buf, int start, int length) {
+    long size;
+    try {
+      size = Snappy.uncompressedLength(buf, start, length);
+    } catch (java.io.IOException | SnappyError e) {
+      throw corrupt("snappy payload has no size preamble: " + e.getMessage());
+    }
+    ArrowBuf raw = declared("snappy", size);
+    try (ArrowBuf src = direct(buf, start, length)) {
+      // Exactly the preamble's size: snappy's decoder writes exactly that many bytes or fails.
+      int got = Snappy.uncompress(src.nioBuffer(0, length), raw.nioBuffer(0, (int) size));
+      if (got != size) {
+        throw corrupt("snappy payload inflated to " + got + " bytes, it declares " + size);
+      }
+      return raw;
+    } catch (java.io.IOException | SnappyError e) {
+      raw.close();
+      throw corrupt("snappy payload does not decompress: " + e.getMessage());
+    } catch (RuntimeException e) {
+      raw.close();
+      throw e;
+    }
+  }
+
+  /** A zstd frame whose header declares its content size (RFC 8878 3.1.1.1), read as payload.py does. */
+  private ArrowBuf unzstd(byte[] buf, int start, int length) {
+    if (length < 6 || le32(buf, start) != 0xFD2FB528L) {
+      throw corrupt("zstd payload does not start with a zstd frame");
+    }
+    int descriptor = buf[start + 4] & 0xFF;
+    int singleSegment = (descriptor >> 5) & 1;
+    int sizeBytes = new int[] {singleSegment, 2, 4, 8}[descriptor >> 6];
+    if (sizeBytes == 0) {
+      throw corrupt("zstd frame does not declare its content size");
+    }
+    int at = start + 5 + (1 - singleSegment) + new int[] {0, 1, 2, 4}[descriptor & 3];
+    if (at + sizeBytes > start + length) {
+      throw corrupt("zstd payload ends inside its frame header");
+    }
+    long size = 0;
+    for (int i = sizeBytes - 1; i >= 0; i--) {
+      size = size << 8 | (buf[at + i] & 0xFF);
+    }
+    size += sizeBytes == 2 ? 256 : 0;
+    ArrowBuf raw = declared("zstd", size);
+    try (ArrowBuf src = direct(buf, start, length)) {
+      long got = Zstd.decompressDirectByteBuffer(raw.nioBuffer(0, (int) size), 0, (int) size,
+          src.nioBuffer(0, length), 0, length);
+      if (Zstd.isError(got)) {
+        throw corrupt("zstd payload does not decompress into its " + size + " declared bytes: "
+            + Zstd.getErrorName(got));
+      }
+      if (got != size) {
+        throw corrupt("zstd payload inflated to " + got + " bytes, it declares " + size);
+      }
+      return raw;
+    } catch (com.github.luben.zstd.ZstdException e) {  // zstd-jni throws some errors, returns others
+      raw.close();
+      throw corrupt("zstd payload does not decompress into its " + size + " declared bytes: " + e.getMessage());
+    } catch (RuntimeException e) {
+      raw.close();
+      throw e;
+    }
   }
 
   /** A decoded payload: buffers are slices of the inflated payload. */

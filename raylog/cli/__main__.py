@@ -1,0 +1,5 @@
+import sys
+
+from raylog.cli import main
+
+sys.exit(main())
