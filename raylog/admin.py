@@ -81,7 +81,7 @@ class AdminClient:
         self.config: AdminConfig = client_config(AdminConfig, configs)
         self._cluster = cluster or default_cluster()
         self._controller = self._cluster.controller
-        self._timeout_s = self.config.request_timeout_ms / 1000
+        self._timeout_s = (self.config.request_timeout_ms or self._cluster.config.request_timeout_ms) / 1000
 
     def _call(self, ref):
         return ray_calls.get(ref, self._timeout_s)

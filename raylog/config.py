@@ -104,12 +104,13 @@ class AdminConfig:
 
     client_id: str = "raylog-admin"
     """Names this client in raylog's logs."""
-    request_timeout_ms: int = 30_000
-    """Bound on each admin call."""
+    request_timeout_ms: int | None = None
+    """Bound on each admin call; None: the cluster's (ClusterConfig.request_timeout_ms, 30 s by default)."""
 
     def __post_init__(self) -> None:
         _check(isinstance(self.client_id, str) and bool(self.client_id), "client_id must be a non-empty string")
-        _check_int(self, "request_timeout_ms", 1)
+        if self.request_timeout_ms is not None:
+            _check_int(self, "request_timeout_ms", 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,11 +235,11 @@ def topic_config_name(field: str) -> str:
     return field.replace("_", ".")
 
 
-def coerce_topic_config(field: str, value: Any) -> Any:
+def coerce_topic_config(field: str, value: Any, given: str | None = None) -> Any:
     """``value`` parsed as Kafka's ConfigDef parses the field's type: INT/LONG take ints and decimal
     strings (surrounding whitespace ignored; no exponent, no fraction), BOOLEAN takes bools and
     "true"/"false" in any case, STRING/LIST take strings (trimmed). Anything else raises
-    InvalidConfigError naming the key, the value and the type."""
+    InvalidConfigError naming the key (as ``given``, and Kafka's name), the value and the type."""
     kind = TOPIC_CONFIG_TYPES[field]
     parsed = value
     if kind in _INTEGER_RANGES:
@@ -254,8 +255,9 @@ def coerce_topic_config(field: str, value: Any) -> Any:
         parsed = value.strip() if isinstance(value, str) else value
         ok = isinstance(parsed, str)
     if not ok:
-        raise InvalidConfigError(f"topic config {topic_config_name(field)}: {value!r} is not of type {kind} "
-                                 f"({_TYPE_WORDS[kind]})")
+        name = topic_config_name(field)
+        named = name if given in (None, name) else f"{given} ({name})"
+        raise InvalidConfigError(f"topic config {named}: {value!r} is not of type {kind} ({_TYPE_WORDS[kind]})")
     return parsed
 
 
@@ -267,7 +269,7 @@ def split_topic_configs(values: Mapping[str, Any]) -> tuple[dict[str, Any], list
     for key, value in values.items():
         field = str(key).strip().replace(".", "_")
         if field in TOPIC_CONFIG_TYPES:
-            fields[field] = coerce_topic_config(field, value)
+            fields[field] = coerce_topic_config(field, value, str(key).strip())
         elif topic_config_name(field) in KAFKA_ONLY_TOPIC_CONFIGS:
             ignored.append(topic_config_name(field))
         else:
