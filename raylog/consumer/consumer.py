@@ -513,6 +513,13 @@ class Consumer:
         try:
             if autocommit:
                 self._commit_on_exit()
+            if self._committer is not None:
+                # Pending commit_async() calls land while this member still owns its partitions,
+                # as Kafka's close() waits for them.
+                try:
+                    self._committer.submit(lambda: None).result(self.config.request_timeout_ms / 1000)
+                except concurrent.futures.TimeoutError:
+                    log.warning("commits still pending after request_timeout_ms; closing anyway")
             if self._group is not None:
                 self._group.close(self)
         finally:
