@@ -70,6 +70,7 @@ from raylog.storage import files
 from raylog.storage.batch import HEADER_SIZE, NO_PRODUCER_ID, RecordBatch, iter_batches
 from raylog.storage.leader_epoch import UNDEFINED_EPOCH, LeaderEpochCache
 from raylog.storage.log import PartitionLog, wall_clock_ms
+from raylog.storage.read_view import ROLE_FOLLOWER, ROLE_LEADER, ROLE_NONE, ReadViewWriter
 from raylog.storage.producer_state import BatchOutcome, ProducerStateManager, ProducerStateTable
 
 COMPACTION_INTERVAL_S = 60.0
@@ -138,6 +139,10 @@ class PartitionReplica:
         hw = files.read_checkpoint(self.log.directory / files.HIGH_WATERMARK_FILE)
         self.state = ReplicaState(replica_id, self.log.log_start_offset, self.log.log_end_offset,
                                   hw if hw is not None else self.log.log_start_offset, wall_clock_ms)
+        # The page readers on this node read the segments by (local_reader.py): published on every
+        # wake (new high watermark, new state), around every change of files, and on heartbeats.
+        self._view = ReadViewWriter(directory)
+        self.log.on_files_changing = self._publish_view
         self._initial_state = initial_state if not _restarted() else None
         self._started = False
         self._generation = 0
@@ -389,6 +394,7 @@ class PartitionReplica:
         self._leader = None
         self.state.become_none()
         self._fail_waiting(error)
+        self._publish_view()
 
     def status(self) -> dict:
         import ray
@@ -427,6 +433,7 @@ class PartitionReplica:
         """Send a heartbeat, unless one is still unanswered (a silent controller must not find a pile
         of them when it wakes), and wait up to ``wait_s`` for the answer: it renews the lease and
         carries the partition's state when the controller holds a newer one than ours."""
+        self._view.touch()
         if self._heartbeat is None:
             try:
                 controller = self._controller_handle()
@@ -508,8 +515,13 @@ class PartitionReplica:
 
     # --- leader: ISR and high watermark ------------------------------------------------------
 
+    def _publish_view(self) -> None:
+        role = {LEADER: ROLE_LEADER, FOLLOWER: ROLE_FOLLOWER}.get(self.state.role, ROLE_NONE)
+        self._view.publish(self.state.high_watermark, self.state.leader_epoch, role, **self.log.reader_state())
+
     def _wake(self) -> None:
-        """Wake every parked fetch (new data or a new high watermark)."""
+        """Wake every parked fetch (new data or a new high watermark) and local readers."""
+        self._publish_view()
         if self._changed is not None:
             self._changed.set()
             self._changed = asyncio.Event()
@@ -692,6 +704,7 @@ class PartitionReplica:
             self.log.delete_records(offset)
         self.state.on_log_start_moved(self.log.log_start_offset)
         self.epochs.truncate_from_start(self.log.log_start_offset)
+        self._publish_view()
 
     async def _truncate_by_epoch(self, leader, generation: int) -> None:
         """KIP-101: ask the leader where our latest epoch ends there, cut what lies beyond."""
@@ -969,6 +982,13 @@ class PartitionReplica:
         self._advance_log_start(offset)
         return self.log.log_start_offset
 
+    async def read_location(self) -> list:
+        """[Ray node id, partition directory]: where a reader on this node finds the segments and
+        the read view (raylog/storage/local_reader.py)."""
+        import ray
+
+        return [ray.get_runtime_context().get_node_id(), str(self.directory)]
+
     async def describe(self) -> dict:
         self._ensure_started()
         return {**self.status(), "size_bytes": self.log.size_bytes, "segments": len(self.log.segments),
@@ -995,6 +1015,7 @@ class PartitionReplica:
         self._deleted = True
         if self.state.high_watermark != self._hw_checkpointed:
             files.write_checkpoint(self.log.directory / files.HIGH_WATERMARK_FILE, self.state.high_watermark)
+        self._view.close()
         self.log.close()
 
     async def delete_data(self) -> None:
@@ -1003,6 +1024,7 @@ class PartitionReplica:
         self._generation += 1
         self.state.become_none()
         self._fail_waiting(NotLeaderForPartitionError(f"{self.topic}-{self.partition} was deleted here"))
+        self._view.close()
         self.log.close_unclean()
         # Only if the directory is still this topic's: a new topic of the same name may own the path now.
         if files.read_text_value(Path(self.directory) / files.PARTITION_METADATA_FILE) in (None, self.topic_id):

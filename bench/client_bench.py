@@ -8,7 +8,10 @@ Rows (records/s unless noted), each the median of --runs runs:
 - consumer ``poll_batch`` (column views, no object per record)
 - consumer ``poll()`` iterating every ConsumerRecord
 - end-to-end latency p50/p99/p99.9 in ms at 1,000 records/s (one record sent every ms, each
-  consumed before the next), quiet and with a second process keeping one core busy
+  consumed before the next), quiet and with a second process keeping one core busy; and with the
+  producer and the consumer as two threads of one process
+- each consumer row twice: reading the leader's files on its node (the default) and through
+  fetch calls (local_reads=False), in the same run
 
 In the same run, Ray's own ``ray.util.queue.Queue`` moves the same records with
 put_nowait_batch/get_nowait_batch: the Ray-native baseline, printed as a ratio. Records
@@ -99,8 +102,8 @@ def produce_keyed_and_get(cluster, topic: str, values: list[bytes], keys: list[b
     return t
 
 
-def consume_columns(cluster, topic: str, expected: int) -> Timed:
-    consumer = cluster.consumer(topic, auto_offset_reset="earliest")
+def consume_columns(cluster, topic: str, expected: int, local: bool = True) -> Timed:
+    consumer = cluster.consumer(topic, auto_offset_reset="earliest", local_reads=local)
     n = 0
     with Timed() as t:
         while n < expected:
@@ -110,8 +113,8 @@ def consume_columns(cluster, topic: str, expected: int) -> Timed:
     return t
 
 
-def consume_records(cluster, topic: str, expected: int) -> Timed:
-    consumer = cluster.consumer(topic, auto_offset_reset="earliest")
+def consume_records(cluster, topic: str, expected: int, local: bool = True) -> Timed:
+    consumer = cluster.consumer(topic, auto_offset_reset="earliest", local_reads=local)
     n = 0
     with Timed() as t:
         while n < expected:
@@ -122,10 +125,10 @@ def consume_records(cluster, topic: str, expected: int) -> Timed:
     return t
 
 
-def e2e_latency_ms(cluster, topic: str, samples: int, rate_per_s: int = 1000) -> list[float]:
+def e2e_latency_ms(cluster, topic: str, samples: int, rate_per_s: int = 1000, local: bool = True) -> list[float]:
     """Send one record, wait until the consumer has it, pace to ``rate_per_s``."""
     producer = cluster.producer(acks=1, linger_ms=0)
-    consumer = cluster.consumer(topic, auto_offset_reset="latest", fetch_max_wait_ms=1000)
+    consumer = cluster.consumer(topic, auto_offset_reset="latest", fetch_max_wait_ms=1000, local_reads=local)
     consumer.poll(timeout_ms=100)
     value = b"x" * RECORD_BYTES
     latencies = []
@@ -147,6 +150,43 @@ def e2e_latency_ms(cluster, topic: str, samples: int, rate_per_s: int = 1000) ->
     producer.close()
     consumer.close()
     return latencies[samples // 10:]  # the first tenth warms up
+
+
+def e2e_latency_threads_ms(cluster, topic: str, samples: int, rate_per_s: int = 1000,
+                           local: bool = True) -> list[float]:
+    """The producer and the consumer as two threads of one process: the producer sends one record
+    every 1/rate_per_s with its send time in it, the consumer polls and notes when each arrives."""
+    import struct
+    import threading
+
+    producer = cluster.producer(acks=1, linger_ms=0)
+    consumer = cluster.consumer(topic, auto_offset_reset="latest", fetch_max_wait_ms=1000, local_reads=local)
+    consumer.poll(timeout_ms=100)
+    total = samples + samples // 10
+    latencies: list[float] = []
+    pad = b"x" * (RECORD_BYTES - 8)
+
+    def produce():
+        period = 1 / rate_per_s
+        next_send = time.perf_counter()
+        for _ in range(total):
+            producer.send(topic, struct.pack("<d", time.perf_counter()) + pad, partition=0)
+            next_send += period
+            pause = next_send - time.perf_counter()
+            if pause > 0:
+                time.sleep(pause)
+
+    sender = threading.Thread(target=produce)
+    sender.start()
+    deadline = time.monotonic() + total / rate_per_s + 60
+    while len(latencies) < total and time.monotonic() < deadline:
+        for chunk in consumer.poll_batch(timeout_ms=1000):
+            now = time.perf_counter()
+            latencies += [(now - struct.unpack_from("<d", v)[0]) * 1000 for v in chunk.value_list()]
+    sender.join()
+    producer.close()
+    consumer.close()
+    return latencies[samples // 10:]
 
 
 def ray_queue_baseline(values: list[bytes], chunk: int = 100_000) -> tuple[float, float]:
@@ -171,8 +211,12 @@ ROWS = [
     ("send", "producer send() unkeyed"),
     ("send_keyed_get", "producer send(key) + get() each"),
     ("poll_batch", "consumer poll_batch columns"),
+    ("poll_batch_call", "  the same through fetch calls"),
     ("poll_records", "consumer poll() each record"),
+    ("poll_records_call", "  the same through fetch calls"),
 ]
+"""Consumers read the leader's segment files on its node (local_reads, the default); the
+'through fetch calls' rows are the same consumers with local_reads=False, in the same run."""
 
 
 def run(records: int, runs: int, partitions: int, latency_samples: int, baseline: bool = True) -> dict:
@@ -205,7 +249,9 @@ def run(records: int, runs: int, partitions: int, latency_samples: int, baseline
             record("send", produce_per_record(cluster, send_topic, values))
             record("send_keyed_get", produce_keyed_and_get(cluster, keyed_topic, values, keys))
             record("poll_batch", consume_columns(cluster, batch_topic, records))
+            record("poll_batch_call", consume_columns(cluster, batch_topic, records, local=False))
             record("poll_records", consume_records(cluster, keyed_topic, records))
+            record("poll_records_call", consume_records(cluster, keyed_topic, records, local=False))
             if baseline:
                 put, get = ray_queue_baseline(values)
                 queue_rates["put"].append(put)
@@ -215,6 +261,9 @@ def run(records: int, runs: int, partitions: int, latency_samples: int, baseline
             topic = f"bench-lat-{uuid.uuid4().hex[:6]}"
             cluster.admin().create_topic(topic, 1)
             latency["quiet"] = e2e_latency_ms(cluster, topic, latency_samples)
+            latency["quiet, calls"] = e2e_latency_ms(cluster, topic, latency_samples, local=False)
+            latency["threads"] = e2e_latency_threads_ms(cluster, topic, latency_samples)
+            latency["threads, calls"] = e2e_latency_threads_ms(cluster, topic, latency_samples, local=False)
             busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
             try:
                 latency["busy"] = e2e_latency_ms(cluster, topic, latency_samples)
@@ -239,8 +288,8 @@ def run(records: int, runs: int, partitions: int, latency_samples: int, baseline
         med.update(queue_put=qput, queue_get=qget)
     for mode, samples in latency.items():
         p50, p99, p999 = np.percentile(samples, [50, 99, 99.9])
-        med[f"e2e_{mode}_ms"] = [p50, p99, p999]
-        print(f"  end-to-end at 1,000 rec/s, {mode:5s}  p50 {p50:.2f} ms  p99 {p99:.2f} ms  p99.9 {p999:.2f} ms "
+        med[f"e2e_{mode.replace(', ', '_')}_ms"] = [p50, p99, p999]
+        print(f"  end-to-end at 1,000 rec/s, {mode:12s}  p50 {p50:.2f} ms  p99 {p99:.2f} ms  p99.9 {p999:.2f} ms "
               f"({len(samples)} samples)")
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)

@@ -109,6 +109,10 @@ class ConsumerMetrics:
         self.records = Sensor()
         """Records handed to the application by poll(), poll_batch() or the iterator."""
         self.bytes = Sensor()
+        self.local_bytes = Sensor()
+        """Batch bytes read from a leader's segment files on this node (no call)."""
+        self.remote_bytes = Sensor()
+        """Batch bytes that came through fetch calls to leaders."""
         self.commits = Sensor()
         """Commits answered, recorded with their latency in ms."""
         self.lag_max = float("nan")
@@ -129,6 +133,8 @@ class ConsumerMetrics:
                 "bytes-consumed-total": self.bytes.total,
                 "bytes-consumed-rate": self.bytes.rate(now, t0),
                 "records-lag-max": self.lag_max,
+                "bytes-read-locally-total": self.local_bytes.total,
+                "bytes-fetched-remotely-total": self.remote_bytes.total,
             },
             "consumer-coordinator-metrics": {
                 "commit-total": float(self.commits.events),

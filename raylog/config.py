@@ -544,9 +544,15 @@ class ConsumerConfig:
     """Leave internal topics (``__consumer_offsets``) out of topics() and pattern subscriptions."""
     metrics_enabled: bool = True
     """Keep the counters metrics() reports."""
+    local_reads: bool = True
+    """Read a partition whose leader runs on this Ray node straight from its segment files
+    (raylog/storage/local_reader.py), with no call per fetch; the records are the ones the
+    leader's fetch returns, and anything else (another node, a change under way) is fetched.
+    metrics() counts the bytes that came each way."""
 
     def __post_init__(self) -> None:
         _unbounded(self, "consumer_timeout_ms", None)
+        _check(isinstance(self.local_reads, bool), "local_reads must be a bool")
         _check(self.isolation_level == "read_uncommitted",
                f"isolation_level must be 'read_uncommitted' (raylog has no transactions yet), got {self.isolation_level!r}")
         _check(self.allow_auto_create_topics in (None, True, False), "allow_auto_create_topics must be a bool")

@@ -25,7 +25,8 @@ import numpy as np
 from raylog import ray_calls
 from raylog.consumer import column_batch
 from raylog.consumer.column_batch import ColumnBatch
-from raylog.errors import KafkaTimeoutError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from raylog.consumer.local_leader import open_local_reader
+from raylog.errors import KafkaTimeoutError, OffsetOutOfRangeError, RaylogError, UnknownTopicOrPartitionError
 from raylog.ranges import OffsetRange, ReadSpec, plan
 from raylog.records import TopicPartition
 
@@ -34,6 +35,8 @@ log = logging.getLogger(__name__)
 FETCH_BYTES = 8 * 1024 * 1024
 FETCH_WAIT_MS = 500
 RETRY_BACKOFF_S = 0.2
+LOCAL_WAIT_S = 0.001
+"""Pause of a local read whose range end is above the leader's high watermark (a new leader catching up)."""
 
 
 def plan_read(cluster, spec: ReadSpec) -> tuple[list[OffsetRange], list[str]]:
@@ -72,45 +75,84 @@ def resolve_partitions(cluster, spec: ReadSpec) -> list[TopicPartition]:
 
 
 def read_range(cluster, r: OffsetRange, timeout_s: float = 120.0, fail_on_data_loss: bool = True,
-               fetch_bytes: int = FETCH_BYTES) -> Iterator[ColumnBatch]:
+               fetch_bytes: int = FETCH_BYTES, local_reads: bool = True) -> Iterator[ColumnBatch]:
     """Every record of ``r`` (offsets ``from_offset``..``until_offset - 1``, the ones that exist:
     compaction leaves gaps), in offset order."""
     metadata = cluster.metadata
     offset = r.from_offset
     deadline = time.monotonic() + timeout_s
-    while offset < r.until_offset:
-        if time.monotonic() > deadline:
-            raise KafkaTimeoutError(f"{r.topic}-{r.partition}: read {offset - r.from_offset} of the range "
-                                    f"[{r.from_offset}, {r.until_offset}) within {timeout_s}s; not returning part of it")
-        try:
-            leader = metadata.leader(r.topic, r.partition)
-            response = ray_calls.get(leader.fetch.remote(offset, fetch_bytes, FETCH_WAIT_MS, 1),
-                                     FETCH_WAIT_MS / 1000 + 30)
-        except OffsetOutOfRangeError as exc:
-            if offset < exc.log_start_offset and not fail_on_data_loss:
-                log.warning("%s-%d: records %d..%d were removed while being read; skipping to %d "
-                            "(fail_on_data_loss=False)", r.topic, r.partition, offset, exc.log_start_offset - 1,
-                            exc.log_start_offset)
-                offset = exc.log_start_offset
+    local, local_epoch = None, None
+    try:
+        while offset < r.until_offset:
+            if time.monotonic() > deadline:
+                raise KafkaTimeoutError(f"{r.topic}-{r.partition}: read {offset - r.from_offset} of the range "
+                                        f"[{r.from_offset}, {r.until_offset}) within {timeout_s}s; not returning "
+                                        "part of it")
+            if local_reads:
+                # On the leader's node the segment files are read directly (the same batches fetch
+                # returns); anything the reader declines goes through the leader below.
+                epoch = _leader_epoch(metadata, r)
+                if local_epoch != epoch:
+                    if local is not None:
+                        local.close()
+                    local, local_epoch = open_local_reader(metadata, r.topic, r.partition, 30.0)
+                got = None if local is None else local.read(offset, fetch_bytes, local_epoch)
+                if got is not None:
+                    if not got[0]:
+                        time.sleep(LOCAL_WAIT_S)  # the high watermark is behind the range end: wait
+                        continue
+                    offset = yield from _chunks(r, got[0], offset, check_crcs=False)
+                    continue
+            got = _fetch(metadata, r, offset, fetch_bytes, fail_on_data_loss)
+            if isinstance(got, int):
+                offset = got
                 continue
-            raise OffsetOutOfRangeError(
-                f"{r.topic}-{r.partition}: offset {offset} of the range [{r.from_offset}, {r.until_offset}) is gone "
-                f"(log start {exc.log_start_offset}, end {exc.log_end_offset}); set fail_on_data_loss=False to skip",
-                exc.log_start_offset, exc.log_end_offset) from None
-        except Exception as exc:  # noqa: BLE001 - a leader change or a restart: retry until the deadline
-            err = ray_calls.translate(exc)
-            if not getattr(err, "retriable", False):
-                raise err from None
-            metadata.invalidate(r.topic)
-            time.sleep(RETRY_BACKOFF_S)
-            continue
-        records = response[0]
-        if len(records) == 0:
-            continue  # the high watermark is behind the range end (a new leader catching up): wait
-        chunks, next_offset = column_batch.decode(r.topic, r.partition, records, offset)
-        for chunk in chunks:
-            if len(chunk) and chunk.offsets[-1] >= r.until_offset:
-                chunk = chunk.slice(0, int(np.searchsorted(chunk.offsets, r.until_offset)))
-            if len(chunk):
-                yield chunk
-        offset = next_offset
+            if got is None or len(got) == 0:
+                continue  # a retry, or the high watermark behind the range end (a new leader catching up)
+            offset = yield from _chunks(r, got, offset, check_crcs=True)
+    finally:
+        if local is not None:
+            local.close()
+
+
+def _leader_epoch(metadata, r: OffsetRange) -> int | None:
+    try:
+        return metadata.leader_epoch(r.topic, r.partition)
+    except RaylogError:
+        return None
+
+
+def _fetch(metadata, r: OffsetRange, offset: int, fetch_bytes: int, fail_on_data_loss: bool):
+    """The leader's batches from ``offset``; an int to continue from instead (records removed
+    while read, skipped with fail_on_data_loss=False); None to try again (a leader change)."""
+    try:
+        leader = metadata.leader(r.topic, r.partition)
+        return ray_calls.get(leader.fetch.remote(offset, fetch_bytes, FETCH_WAIT_MS, 1), FETCH_WAIT_MS / 1000 + 30)[0]
+    except OffsetOutOfRangeError as exc:
+        if offset < exc.log_start_offset and not fail_on_data_loss:
+            log.warning("%s-%d: records %d..%d were removed while being read; skipping to %d "
+                        "(fail_on_data_loss=False)", r.topic, r.partition, offset, exc.log_start_offset - 1,
+                        exc.log_start_offset)
+            return exc.log_start_offset
+        raise OffsetOutOfRangeError(
+            f"{r.topic}-{r.partition}: offset {offset} of the range [{r.from_offset}, {r.until_offset}) is gone "
+            f"(log start {exc.log_start_offset}, end {exc.log_end_offset}); set fail_on_data_loss=False to skip",
+            exc.log_start_offset, exc.log_end_offset) from None
+    except Exception as exc:  # noqa: BLE001 - a leader change or a restart: retry until the deadline
+        err = ray_calls.translate(exc)
+        if not getattr(err, "retriable", False):
+            raise err from None
+        metadata.invalidate(r.topic)
+        time.sleep(RETRY_BACKOFF_S)
+        return None
+
+
+def _chunks(r: OffsetRange, records, offset: int, check_crcs: bool):
+    """Yield the range's records of ``records`` as ColumnBatches; returns the offset after them."""
+    chunks, next_offset = column_batch.decode(r.topic, r.partition, records, offset, check_crcs)
+    for chunk in chunks:
+        if len(chunk) and chunk.offsets[-1] >= r.until_offset:
+            chunk = chunk.slice(0, int(np.searchsorted(chunk.offsets, r.until_offset)))
+        if len(chunk):
+            yield chunk
+    return next_offset

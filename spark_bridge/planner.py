@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 import ray
 
+from raylog import ray_calls
 from raylog.errors import OffsetOutOfRangeError, RaylogError, UnknownTopicOrPartitionError
 from raylog.logs import get_logger
 from raylog.range_reader import plan_read, resolve_partitions
@@ -77,6 +78,7 @@ class SparkPlanner:
         self._admin = self._cluster.admin()
         self._hosts: dict[str, str] = {}
         self._hosts_at = 0.0
+        self._directories: dict[tuple[str, int, int], str] = {}
 
     # --- answers for the JVM (JSON strings) ----------------------------------------------------
 
@@ -101,7 +103,8 @@ class SparkPlanner:
                                                   _from_json(json.loads(end))))
 
     def leader(self, topic: str, partition: int) -> str:
-        """{"name": the leader replica's actor name, "host": its node's address}."""
+        """{"name": the leader replica's actor name, "host": its node's address, "node_id",
+        "epoch" (its leader epoch), "directory" (its partition directory, for reads on its node)}."""
         return _answer(lambda: self._leader(topic, int(partition), refresh=True))
 
     def partition_count(self, topic: str) -> str:
@@ -187,8 +190,22 @@ class SparkPlanner:
         leader = info[partition].leader
         if leader is None:
             md.invalidate(topic)
-            return {"name": "", "host": ""}
-        return {"name": info[partition].actor_name, "host": self._host(leader.node_id)}
+            return {"name": "", "host": "", "node_id": "", "epoch": -1, "directory": ""}
+        epoch = info[partition].leader_epoch
+        return {"name": info[partition].actor_name, "host": self._host(leader.node_id), "node_id": leader.node_id,
+                "epoch": epoch, "directory": self._directory(topic, partition, epoch)}
+
+    def _directory(self, topic: str, partition: int, epoch: int) -> str:
+        """The leader's partition directory, where a task on its node reads the segments
+        (LocalSegments.java); asked of the leader once per epoch."""
+        key = (topic, partition, epoch)
+        if key not in self._directories:
+            try:
+                handle = self._cluster.metadata.leader(topic, partition)
+                self._directories[key] = ray_calls.get(handle.read_location.remote(), 30)[1]
+            except RaylogError:
+                return ""
+        return self._directories[key]
 
     def _host(self, node_id: str) -> str:
         if node_id not in self._hosts or time.monotonic() - self._hosts_at > NODE_CACHE_S:

@@ -178,13 +178,14 @@ def _swap(log: "PartitionLog", seg: Segment, batches: list[bytes]) -> None:
     # The .swap must be on disk before the old segment goes: a power loss in between would
     # otherwise leave neither, and the segment's records would be lost.
     files.fsync_dir(log.directory)
-    seg.delete()
-    os.replace(swap, log_file)
-    files.fsync_dir(log.directory)
-    if batches:
-        new = Segment(log.directory, base, log.config)
-        new.recover()
-        log.replace_segment(seg, new)
-    else:
-        log_file.unlink()
-        log.replace_segment(seg, None)
+    with log.changing_files():
+        seg.delete()
+        os.replace(swap, log_file)
+        files.fsync_dir(log.directory)
+        if batches:
+            new = Segment(log.directory, base, log.config)
+            new.recover()
+            log.replace_segment(seg, new)
+        else:
+            log_file.unlink()
+            log.replace_segment(seg, None)

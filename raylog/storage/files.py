@@ -53,6 +53,9 @@ PARTITION_METADATA_FILE = "partition.metadata"
 TOPIC_CONFIG_FILE = "topic-config"
 """The newest topic config the replica was told (version and fields, JSON): a replica Ray restarts
 gets its creation-time config as arguments and must not apply a retention since altered."""
+READ_VIEW_FILE = "read-view"
+"""The page the replica publishes for readers on its node (read_view.py): high watermark, log
+start, active segment's written size, generation; read-only to everyone else."""
 
 CHECKPOINT_VERSION = 1
 OFFSET_DIGITS = 20

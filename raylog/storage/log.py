@@ -46,6 +46,7 @@ raylog is the partition's replica actor running on one event loop (except
 from __future__ import annotations
 
 import bisect
+import contextlib
 import functools
 import time
 from dataclasses import dataclass
@@ -126,6 +127,12 @@ class PartitionLog:
         self._last_flush_ms = clock()
         self._closed = False
         self._cleaner = None
+        self.generation = 0
+        """Even while the files readers may hold are stable; odd while a truncation, segment
+        deletion or compaction swap changes them (bumped before and after each). Readers of the
+        files on the replica's node (local_reader.py) discard what they read across a change."""
+        self.on_files_changing: Callable[[], None] | None = None
+        """Called after each generation bump (the replica publishes its read view)."""
         self.sync_rolled_later = False
         """When set, a rolled segment's fsync is left to its owner (see the module doc)."""
         self.recovery_point = loaded.recovery_point
@@ -280,6 +287,14 @@ class PartitionLog:
 
     # --- reading ---------------------------------------------------------------------
 
+    def reader_state(self) -> dict:
+        """What a reader of the files on this node needs besides the high watermark (the
+        replica publishes it in its read view, read_view.py)."""
+        active = self.active
+        return {"log_start_offset": self.log_start_offset, "log_end_offset": self.log_end_offset,
+                "active_base_offset": active.base_offset, "active_size": active.size,
+                "active_index_entries": active.index.entries, "generation": self.generation}
+
     def _check_offset(self, offset: int) -> None:
         if offset < self.log_start_offset or offset > self.log_end_offset:
             raise OffsetOutOfRangeError(
@@ -380,13 +395,28 @@ class PartitionLog:
         files.write_checkpoint(self.directory / files.LOG_START_OFFSET_FILE, offset)
         self.log_start_offset = offset
 
+    @contextlib.contextmanager
+    def changing_files(self):
+        """Bracket a change to files readers may hold (see ``generation``)."""
+        self._bump_generation()
+        try:
+            yield
+        finally:
+            self._bump_generation()
+
+    def _bump_generation(self) -> None:
+        self.generation += 1
+        if self.on_files_changing is not None:
+            self.on_files_changing()
+
     def _delete_segments_below_start(self) -> int:
         deleted = 0
         while len(self.segments) > 1 and self.segments[0].next_offset <= self.log_start_offset:
-            seg = self.segments.pop(0)
-            self._bases.pop(0)
-            self._forget_unsynced(seg)
-            seg.delete()
+            with self.changing_files():
+                seg = self.segments.pop(0)
+                self._bases.pop(0)
+                self._forget_unsynced(seg)
+                seg.delete()
             deleted += 1
         self.stats.segments_deleted += deleted
         if deleted:
@@ -410,6 +440,10 @@ class PartitionLog:
             before = self.size_bytes
             self.truncate_fully_and_start_at(offset)
             return before
+        with self.changing_files():
+            return self._truncate_to(offset)
+
+    def _truncate_to(self, offset: int) -> int:
         self._lower_recovery_point(offset)
         cut = 0
         deleted = False
@@ -441,6 +475,10 @@ class PartitionLog:
 
         The new segment exists before the old ones go (a segment already based at ``offset`` is
         emptied in place instead), so a full disk leaves the log as it was."""
+        with self.changing_files():
+            self._truncate_fully_and_start_at(offset)
+
+    def _truncate_fully_and_start_at(self, offset: int) -> None:
         self._lower_recovery_point(offset)
         fresh = next((seg for seg in self.segments if seg.base_offset == offset), None)
         created = fresh is None

@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[2]
 JVM_DIR = ROOT / "spark_bridge" / "jvm"
 JAR = JVM_DIR / "raylog-spark.jar"
 HARNESS = Path(__file__).parent / "jvm" / "CodecCheck.java"
-CODEC_SOURCES = ["BatchDecoder", "BatchEncoder", "ComputedColumns", "Murmur2", "RaylogSparkException"]
+CODEC_SOURCES = ["BatchDecoder", "BatchEncoder", "ComputedColumns", "LocalSegments", "Murmur2", "RaylogSparkException"]
 """What the harness exercises: the jar must be newer than these, or the tests would check old code."""
 
 TOPIC = "events-\u00e9"  # CodecCheck.TOPIC / PARTITION
@@ -606,3 +606,39 @@ def test_java_murmur2_is_pythons_and_kafkas(jvm):
 @given(keys=st.lists(st.binary(max_size=64), min_size=1, max_size=300))
 def test_generated_keys_hash_alike(jvm, keys):
     assert jvm.murmur2(keys) == [murmur2(k) for k in keys]
+
+
+# --- reading a leader's files on its node (LocalSegments, the twin of local_reader.py) ---------------
+
+
+def test_java_reads_a_leaders_files_exactly_as_the_fetch_path(jvm, tmp_path, seed):
+    from raylog.config import TopicConfig
+    from raylog.storage.local_reader import LocalReader
+    from raylog.storage.log import PartitionLog
+    from raylog.storage.read_view import ReadViewWriter
+
+    rng = random.Random(seed)
+    log = PartitionLog(tmp_path, TopicConfig(segment_bytes=4000, index_interval_bytes=300))
+    writer = ReadViewWriter(tmp_path)
+    for _ in range(60):
+        n = rng.randint(1, 20)
+        log.append(rb.build([rng.randbytes(rng.randint(0, 80)) for _ in range(n)], timestamps_ms=[1] * n,
+                            compression=rng.choice(["lz4", "none", "zstd"])))
+    log.delete_records(rng.randrange(1, 40))
+    hw = log.log_end_offset - rng.randrange(1, 15)
+    writer.publish(hw, 5, 1, **log.reader_state())
+    start, end = log.log_start_offset, log.log_end_offset
+    asks = [(rng.randrange(start, end + 1), rng.choice([1, 500, 1 << 20]), 5) for _ in range(40)]
+    asks += [(rng.randrange(max(start, hw - 40), end + 1), rng.choice([1, 1 << 20]), 5) for _ in range(20)]
+    asks += [(start - 1, 1000, 5), (start, 1000, 6)]
+    args = [str(x) for ask in asks for x in ask]
+    lines = jvm.run("local", str(tmp_path), *args)
+    python = LocalReader(tmp_path)
+    for (offset, max_bytes, epoch), line in zip(asks, lines, strict=True):
+        expected, java = python.read(offset, max_bytes, epoch), json.loads(line)
+        if expected is None:
+            assert java["data"] is None, (offset, epoch)
+            continue
+        assert bytes.fromhex(java["data"]) == expected[0] == bytes(log.read(offset, max_bytes, hw)), offset
+        assert java["hw"] == hw
+    log.close()

@@ -51,6 +51,17 @@ public final class CodecCheck {
       case "encode":
         encode(args[1], args[2]);
         break;
+      case "local":
+        // local <directory> <offset> <maxBytes> <leaderEpoch> ...: LocalSegments.read of each, hex or null.
+        try (LocalSegments local = new LocalSegments(args[1])) {
+          for (int c = 0; 3 * c + 4 < args.length; c++) {
+            byte[] got = local.read(Long.parseLong(args[3 * c + 2]), Integer.parseInt(args[3 * c + 3]),
+                Integer.parseInt(args[3 * c + 4]));
+            println(got == null ? JSON.createObjectNode().putNull("data")
+                : JSON.createObjectNode().put("data", HEX.formatHex(got)).put("hw", local.highWatermark));
+          }
+        }
+        break;
       case "murmur2":
         for (String line : Files.readAllLines(Paths.get(args[1]))) {
           println(JSON.createObjectNode().put("key", line.strip()).put("hash", Murmur2.hash(HEX.parseHex(line.strip()))));

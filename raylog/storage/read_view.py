@@ -1,0 +1,186 @@
+"""ReadView: the page a partition replica publishes so readers on its node read its segments
+without asking it.
+
+One file per partition directory, ``read-view`` (files.py), PAGE_SIZE bytes, written only by
+the replica that owns the directory, read (mapped read-only) by any process on the node.
+Layout, little-endian (the page never leaves the node, so no byte order is imposed on it):
+
+    offset size field
+         0    4 magic               b"RLRV"
+         4    4 version             1
+         8    8 sequence            seqlock: odd while the replica writes, even when stable
+        16    8 high_watermark      offsets below it are committed: what fetch returns
+        24    8 log_start_offset    the first offset readers may ask for
+        32    8 log_end_offset
+        40    4 leader_epoch
+        44    4 role                0 none, 1 leader, 2 follower
+        48    8 active_base_offset  base offset of the active segment
+        56    8 active_size         bytes of the active segment fully written
+        64    8 active_index_entries entries written to the active segment's offset index
+        72    8 generation          odd while a truncation, segment deletion or compaction swap
+                                    changes the files, bumped again when done (PartitionLog.generation,
+                                    plus a base that grows with each writer process)
+        80    8 writer_pid          the replica process that writes the page
+        88    8 updated_ns          time.time_ns() of the last publication
+
+A reader takes a snapshot (``ReadView.snapshot``): it reads the sequence, the fields, and the
+sequence again, and retries while the two differ or are odd, so it never sees a torn value
+(Linux's seqlock; the replica is the page's only writer). Everything a reader then reads from
+the segment files is checked against a second snapshot taken after the read: a changed
+generation or log start means the bytes may be stale and are thrown away. The page is a hint
+that makes reads cheap; correctness rests on the batch CRCs and that second check.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from raylog.storage import files
+
+PAGE_SIZE = 4096
+MAGIC = b"RLRV"
+VERSION = 1
+ROLE_NONE, ROLE_LEADER, ROLE_FOLLOWER = 0, 1, 2
+
+_HEADER = struct.Struct("<4sI")
+_SEQUENCE = struct.Struct("<Q")
+_FIELDS = struct.Struct("<qqqiiqqqQqQ")
+_FIELDS_AT = 16
+_SNAPSHOT_RETRIES = 1000
+STALE_AFTER_NS = 30 * 10**9
+"""A page older than this is not read from: replicas touch it on every heartbeat (2 s by
+default), so only a paused, hung or killed replica leaves it this old."""
+
+
+@dataclass(frozen=True, slots=True)
+class ViewSnapshot:
+    """One consistent reading of the page."""
+
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+    leader_epoch: int
+    role: int
+    active_base_offset: int
+    active_size: int
+    active_index_entries: int
+    generation: int
+    writer_pid: int
+    updated_ns: int
+
+
+class ReadViewWriter:
+    """The replica's side: owns the page and publishes new values (single writer)."""
+
+    def __init__(self, directory: str | Path):
+        path = Path(directory) / files.READ_VIEW_FILE
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.ftruncate(fd, PAGE_SIZE)
+            self._mm = mmap.mmap(fd, PAGE_SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        self._sequence = _SEQUENCE.unpack_from(self._mm, 8)[0]
+        if self._sequence % 2:
+            self._sequence += 1  # a writer killed mid-publication left it odd
+        previous = _FIELDS.unpack_from(self._mm, _FIELDS_AT)[8] if self._mm[:4] == MAGIC else 0
+        # A new process's log counts generations from 0 again: start above every value published
+        # before, at an even base, so a reader never sees the same generation on changed files.
+        self._base_generation = previous + 2 + (previous % 2)
+        self._last: tuple | None = None
+        _HEADER.pack_into(self._mm, 0, MAGIC, VERSION)
+        self.path = path
+
+    def publish(self, high_watermark: int, leader_epoch: int, role: int, *, log_start_offset: int,
+                log_end_offset: int, active_base_offset: int, active_size: int, active_index_entries: int,
+                generation: int) -> None:
+        """New values: the replica's, and the log's (``PartitionLog.reader_state()``; its
+        ``generation`` is odd while its files change)."""
+        mm = self._mm
+        if mm is None:
+            return
+        values = (high_watermark, log_start_offset, log_end_offset, leader_epoch, role, active_base_offset,
+                  active_size, active_index_entries, self._base_generation + generation)
+        if values == self._last:
+            return
+        self._last = values
+        seq = self._sequence + 1
+        _SEQUENCE.pack_into(mm, 8, seq)
+        _FIELDS.pack_into(mm, _FIELDS_AT, *values, os.getpid(), time.time_ns())
+        self._sequence = seq + 1
+        _SEQUENCE.pack_into(mm, 8, self._sequence)
+
+    def touch(self) -> None:
+        """Republish the same values with a new time: a page not touched for STALE_AFTER_NS is
+        not trusted (its replica is paused, hung or gone)."""
+        if self._mm is None or self._last is None:
+            return
+        seq = self._sequence + 1
+        _SEQUENCE.pack_into(self._mm, 8, seq)
+        _FIELDS.pack_into(self._mm, _FIELDS_AT, *self._last, os.getpid(), time.time_ns())
+        self._sequence = seq + 1
+        _SEQUENCE.pack_into(self._mm, 8, self._sequence)
+
+    def close(self) -> None:
+        """Publish that nobody serves reads here any more (role none, generation moved), and unmap."""
+        if self._mm is None:
+            return
+        f = _FIELDS.unpack_from(self._mm, _FIELDS_AT)
+        log_generation = f[8] - self._base_generation
+        self._base_generation += 2  # a reader mid-read sees the generation move
+        self.publish(f[0], f[3], ROLE_NONE, log_start_offset=f[1], log_end_offset=f[2], active_base_offset=f[5],
+                     active_size=f[6], active_index_entries=f[7], generation=log_generation)
+        self._mm.close()
+        self._mm = None
+
+
+class ReadView:
+    """A reader's read-only mapping of a replica's page."""
+
+    def __init__(self, directory: str | Path):
+        path = Path(directory) / files.READ_VIEW_FILE
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            if os.fstat(fd).st_size < PAGE_SIZE:
+                raise FileNotFoundError(f"{path} is not a read view yet")
+            self._mm = mmap.mmap(fd, PAGE_SIZE, mmap.MAP_SHARED, mmap.PROT_READ)
+        finally:
+            os.close(fd)
+        magic, version = _HEADER.unpack_from(self._mm, 0)
+        if magic != MAGIC or version != VERSION:
+            self._mm.close()
+            raise FileNotFoundError(f"{path} is not a version {VERSION} read view")
+        self.path = path
+
+    def snapshot(self) -> ViewSnapshot | None:
+        """A consistent reading; None if the writer stayed mid-publication (it died there)."""
+        mm = self._mm
+        for _ in range(_SNAPSHOT_RETRIES):
+            before = _SEQUENCE.unpack_from(mm, 8)[0]
+            if before % 2 == 0:
+                fields = _FIELDS.unpack_from(mm, _FIELDS_AT)
+                if _SEQUENCE.unpack_from(mm, 8)[0] == before:
+                    return ViewSnapshot(*fields)
+        return None
+
+    def close(self) -> None:
+        self._mm.close()
+
+
+def writer_alive(snapshot: ViewSnapshot) -> bool:
+    """Whether the process that last wrote the page still exists (a SIGKILLed replica's page
+    stays) and wrote it recently."""
+    if time.time_ns() - snapshot.updated_ns > STALE_AFTER_NS:
+        return False
+    try:
+        os.kill(snapshot.writer_pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
