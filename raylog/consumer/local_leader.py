@@ -9,8 +9,6 @@ from raylog.errors import RaylogError
 from raylog.metadata import Metadata
 from raylog.storage.local_reader import LocalReader
 
-_node_id: str | None = None
-
 
 def open_local_reader(metadata: Metadata, topic: str, partition: int,
                       timeout_s: float) -> tuple[LocalReader | None, int | None]:
@@ -18,16 +16,14 @@ def open_local_reader(metadata: Metadata, topic: str, partition: int,
     leader runs on this process's Ray node; (None, that epoch) otherwise, or when its files are
     not readable here; (None, None) without a leader. One call to the leader (its location); the
     caller keeps the reader until the metadata shows another epoch."""
-    global _node_id
     try:
         epoch = metadata.leader_epoch(topic, partition)
     except RaylogError:
         return None, None
     try:
         node, directory = ray_calls.get(metadata.leader(topic, partition).read_location.remote(), timeout_s)
-        if _node_id is None:
-            _node_id = ray.get_runtime_context().get_node_id()
-        if node != _node_id:
+        # Asked each time, not cached: a process may connect to another Ray cluster later.
+        if node != ray.get_runtime_context().get_node_id():
             return None, epoch
         return LocalReader(directory), epoch
     except (RaylogError, OSError):

@@ -90,3 +90,44 @@ def test_acks_all_records_survive_the_controller_being_killed_mid_election(sim):
     finally:
         workload.stop()
     check(workload, cluster, topic)
+
+
+def test_consumers_read_locally_only_what_is_led_on_their_node_and_fetch_the_rest(sim):
+    """Reads from a leader's files (issue 22) happen on the leader's node only: partitions led on
+    other simulated nodes are fetched by call, and the records are the same either way."""
+    import ray
+
+    from raylog import TopicPartition
+    from raylog.consumer.local_leader import open_local_reader
+
+    cluster = sim.cluster
+    topic = "where-read"
+    cluster.admin().create_topic(topic, 8)
+    producer = cluster.producer()
+    producer.send_batch(topic, [b"%d" % i for i in range(4000)]).get(60)
+    producer.close()
+    here = ray.get_runtime_context().get_node_id()
+    leaders = {st["partition"]: st["replicas"][0]["node_id"] for st in cluster.admin().describe_partitions(topic)}
+    assert set(leaders.values()) - {here}, "every partition is led on the driver's node: nothing to fall back from"
+    for p, node in leaders.items():
+        reader, _ = open_local_reader(cluster.metadata, topic, p, 30)
+        assert (reader is not None) == (node == here), (p, node, here)
+        if reader is not None:
+            reader.close()
+
+    def read(local: bool):
+        consumer = cluster.consumer(auto_offset_reset="earliest", local_reads=local)
+        consumer.assign([TopicPartition(topic, p) for p in range(8)])
+        values = []
+        while len(values) < 4000:
+            for batch in consumer.poll_batch(timeout_ms=2000):
+                values += [(batch.partition, o, v) for o, v in zip(batch.offsets.tolist(), batch.value_list())]
+        metrics = consumer.metrics()["consumer-fetch-manager-metrics"]
+        consumer.close()
+        return sorted(values), metrics
+
+    local, local_metrics = read(True)
+    remote, _ = read(False)
+    assert local == remote
+    assert local_metrics["bytes-fetched-remotely-total"] > 0
+    assert (local_metrics["bytes-read-locally-total"] > 0) == (here in leaders.values())
