@@ -973,15 +973,17 @@ class Controller:
         records, altered = self.state.alter_topic_config(name, set_values, delete, replace)
         topic = self.state.topic(name)
         if altered.config.min_insync_replicas > topic_configs.replication_factor_of(topic.partitions):
-            logger.warning("topic %s: min_insync_replicas %d is above its replication factor: acks='all' "
-                           "produces will fail with NotEnoughReplicasError", name, altered.config.min_insync_replicas)
+            log_event(logger, "min_insync_above_replication", logging.WARNING, topic=name,
+                      min_insync_replicas=altered.config.min_insync_replicas,
+                      consequence="acks_all_fails_with_NotEnoughReplicasError")
         if validate_only or not records:
             answer = await self.topic_config(name)
             if validate_only:
                 answer.update(config=altered.config.to_dict(), overrides=list(altered.overrides))
             return answer
         self._commit(records)
-        logger.info("topic %s: config version %d: %s", name, topic.config_version, sorted(set_values) + delete)
+        log_event(logger, "topic_config_altered", topic=name, config_version=topic.config_version,
+                  keys=",".join(sorted(set_values) + delete))
         calls = []
         for p, part in enumerate(topic.partitions):
             for rid in replica_ids(part):

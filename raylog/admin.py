@@ -543,12 +543,14 @@ class AdminClient:
         """kafka-python 3.x: every group as {group_id, group_state, group_type ('consumer'),
         protocol_type ('consumer'), member_count}; ``states_filter`` keeps the given states
         (case-insensitive)."""
-        wanted = None if states_filter is None else {str(s).lower().replace("_", "").replace("-", "")
-                                                     for s in states_filter}
+        def folded(state) -> str:
+            return str(state).lower().replace("_", "").replace("-", "")
+
+        wanted = None if states_filter is None else {folded(s) for s in states_filter}
         out = []
         for g in self.list_consumer_groups():
             state = str(g.get("state", ""))
-            if wanted is not None and state.lower().replace("_", "").replace("-", "") not in wanted:
+            if wanted is not None and folded(state) not in wanted:
                 continue
             out.append({**g, "group_state": state, "group_type": "consumer", "protocol_type": "consumer"})
         return out

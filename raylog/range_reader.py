@@ -25,8 +25,8 @@ import numpy as np
 from raylog import ray_calls
 from raylog.consumer import column_batch
 from raylog.consumer.column_batch import ColumnBatch
-from raylog.consumer.local_leader import open_local_reader
-from raylog.errors import KafkaTimeoutError, OffsetOutOfRangeError, RaylogError, UnknownTopicOrPartitionError
+from raylog.consumer.local_leader import LocalLeader
+from raylog.errors import KafkaTimeoutError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from raylog.ranges import OffsetRange, ReadSpec, plan
 from raylog.records import TopicPartition
 
@@ -81,22 +81,17 @@ def read_range(cluster, r: OffsetRange, timeout_s: float = 120.0, fail_on_data_l
     metadata = cluster.metadata
     offset = r.from_offset
     deadline = time.monotonic() + timeout_s
-    local, local_epoch = None, None
+    local = LocalLeader(metadata, r.topic, r.partition, 30.0) if local_reads else None
     try:
         while offset < r.until_offset:
             if time.monotonic() > deadline:
                 raise KafkaTimeoutError(f"{r.topic}-{r.partition}: read {offset - r.from_offset} of the range "
                                         f"[{r.from_offset}, {r.until_offset}) within {timeout_s}s; not returning "
                                         "part of it")
-            if local_reads:
+            if local is not None:
                 # On the leader's node the segment files are read directly (the same batches fetch
                 # returns); anything the reader declines goes through the leader below.
-                epoch = _leader_epoch(metadata, r)
-                if local_epoch != epoch:
-                    if local is not None:
-                        local.close()
-                    local, local_epoch = open_local_reader(metadata, r.topic, r.partition, 30.0)
-                got = None if local is None else local.read(offset, fetch_bytes, local_epoch)
+                got = local.read(offset, fetch_bytes)
                 if got is not None:
                     if not got[0]:
                         time.sleep(LOCAL_WAIT_S)  # the high watermark is behind the range end: wait
@@ -113,13 +108,6 @@ def read_range(cluster, r: OffsetRange, timeout_s: float = 120.0, fail_on_data_l
     finally:
         if local is not None:
             local.close()
-
-
-def _leader_epoch(metadata, r: OffsetRange) -> int | None:
-    try:
-        return metadata.leader_epoch(r.topic, r.partition)
-    except RaylogError:
-        return None
 
 
 def _fetch(metadata, r: OffsetRange, offset: int, fetch_bytes: int, fail_on_data_loss: bool):

@@ -32,12 +32,11 @@ from raylog.consumer import column_batch
 from raylog.client_metrics import ConsumerMetrics
 from raylog.consumer.column_batch import ColumnBatch
 from raylog.config import ConsumerConfig
-from raylog.consumer.local_leader import open_local_reader
-from raylog.errors import NoOffsetForPartitionError, OffsetOutOfRangeError, RaylogError
+from raylog.consumer.local_leader import LocalLeader
+from raylog.errors import NoOffsetForPartitionError, OffsetOutOfRangeError
 from raylog.metadata import Metadata
 from raylog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from raylog.records import TopicPartition
-from raylog.storage.local_reader import LocalReader
 
 RETRY_BACKOFF_S = 0.1
 """Longest sleep of a wait with no fetch in flight."""
@@ -64,10 +63,8 @@ class PartitionState:
     served_at: float = 0.0
     buffered: deque = field(default_factory=deque)
     error: BaseException | None = None
-    local: LocalReader | None = None
+    local: LocalLeader | None = None
     """Reads the leader's segment files, when the leader is on this node (local_reads)."""
-    local_epoch: int | None = None
-    """The leader epoch ``local`` was looked up for (a new leader is looked up again)."""
     local_idle: bool = False
     """The last local read found nothing new: wait() watches the leader's page, no call in flight."""
 
@@ -177,28 +174,18 @@ class Fetcher:
 
     # --- reading on the leader's node -------------------------------------------------------
 
-    def _reader(self, tp: TopicPartition, st: PartitionState) -> LocalReader | None:
-        """The partition's local reader when its leader runs on this Ray node, looked up again
-        when the metadata shows a new leader epoch."""
-        try:
-            epoch = self.metadata.leader_epoch(tp.topic, tp.partition)
-        except RaylogError:
-            epoch = None
-        if st.local_epoch is None or st.local_epoch != epoch:
-            self._close_reader(st)
-            st.local, st.local_epoch = open_local_reader(self.metadata, tp.topic, tp.partition, self._timeout_s)
-        return st.local
-
     def _read_locally(self, tp: TopicPartition, st: PartitionState) -> bool:
         """Read what the leader's fetch would return, from its files; False when the partition
         must be fetched through the leader instead (another node, a page that says so)."""
-        reader = self._reader(tp, st)
+        if st.local is None:
+            st.local = LocalLeader(self.metadata, tp.topic, tp.partition, self._timeout_s)
+        reader = st.local.current()
         if reader is None:
             return False
         if self.buffered_bytes >= self.config.fetch_max_bytes:
             return True  # the buffer is full: read when poll() has drained it
         started = time.monotonic()
-        got = reader.read(st.fetch_offset, self.config.max_partition_fetch_bytes, st.local_epoch)
+        got = reader.read(st.fetch_offset, self.config.max_partition_fetch_bytes, st.local.epoch)
         if got is None:
             st.local_idle = False
             return False
@@ -217,15 +204,15 @@ class Fetcher:
     def _close_reader(self, st: PartitionState) -> None:
         if st.local is not None:
             st.local.close()
-        st.local, st.local_epoch, st.local_idle = None, None, False
+        st.local_idle = False
 
     def _local_news(self) -> bool:
         """Whether a partition read locally has something new to read (or its page changed
         enough that it must be looked at again)."""
         for st in self.states.values():
-            if st.local is not None and st.local_idle and not st.paused:
-                snap = st.local.snapshot()
-                if snap is None or snap.high_watermark > st.fetch_offset or snap.leader_epoch != st.local_epoch \
+            if st.local is not None and st.local.reader is not None and st.local_idle and not st.paused:
+                snap = st.local.reader.snapshot()
+                if snap is None or snap.high_watermark > st.fetch_offset or snap.leader_epoch != st.local.epoch \
                         or snap.log_start_offset > st.fetch_offset:
                     return True
         return False

@@ -21,16 +21,13 @@ import os
 import struct
 from pathlib import Path
 
-import crc32c
-
 from raylog.storage import files
-from raylog.storage.batch import ATTRIBUTES_POS, CRC_POS, HEADER_SIZE, LAST_OFFSET_DELTA_POS, LOG_OVERHEAD
+from raylog.storage.batch import HEADER_SIZE, LAST_OFFSET_DELTA_POS, LOG_OVERHEAD, iter_batches
 from raylog.storage.read_view import ROLE_LEADER, ReadView, ViewSnapshot, writer_alive
 
 _PEEK = struct.Struct(">qi")
 """base_offset, batch_length: the first 12 bytes of a batch."""
 _LAST_DELTA = struct.Struct(">i")
-_CRC = struct.Struct(">I")
 _INDEX_ENTRY = struct.Struct(">II")
 _PEEK_BYTES = LAST_OFFSET_DELTA_POS + 4
 
@@ -186,28 +183,20 @@ class LocalReader:
         if start is None or end == start:
             return b"", reached_hw
         data = os.pread(fd, end - start, start)
-        if len(data) != end - start or not _crcs_hold(data):
+        last = _last_offset_if_intact(data) if len(data) == end - start else None
+        if last is None:
             return None
-        last = _last_offset(data)
         self._hint = (base, last + 1, end)
         return data, reached_hw
 
 
-def _crcs_hold(data: bytes) -> bool:
-    view = memoryview(data)
-    pos, n = 0, len(data)
-    while pos < n:
-        size = LOG_OVERHEAD + _PEEK.unpack_from(data, pos)[1]
-        if pos + size > n or crc32c.crc32c(view[pos + ATTRIBUTES_POS:pos + size]) != _CRC.unpack_from(data, pos + CRC_POS)[0]:
-            return False
-        pos += size
-    return True
 
-
-def _last_offset(data: bytes) -> int:
-    pos, n, last = 0, len(data), -1
-    while pos < n:
-        base, length = _PEEK.unpack_from(data, pos)
-        last = base + _LAST_DELTA.unpack_from(data, pos + LAST_OFFSET_DELTA_POS)[0]
-        pos += LOG_OVERHEAD + length
-    return last
+def _last_offset_if_intact(data: bytes) -> int | None:
+    """The last offset of ``data`` when it is whole batches that all pass their CRC (a torn read
+    does not), else None."""
+    last, end = None, 0
+    for batch in iter_batches(data):
+        if batch.compute_crc() != batch.crc:
+            return None
+        last, end = batch.last_offset, batch.position + batch.size
+    return last if end == len(data) else None

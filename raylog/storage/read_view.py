@@ -109,20 +109,19 @@ class ReadViewWriter:
         if values == self._last:
             return
         self._last = values
-        seq = self._sequence + 1
-        _SEQUENCE.pack_into(mm, 8, seq)
-        _FIELDS.pack_into(mm, _FIELDS_AT, *values, os.getpid(), time.time_ns())
-        self._sequence = seq + 1
-        _SEQUENCE.pack_into(mm, 8, self._sequence)
+        self._write(values)
 
     def touch(self) -> None:
         """Republish the same values with a new time: a page not touched for STALE_AFTER_NS is
         not trusted (its replica is paused, hung or gone)."""
-        if self._mm is None or self._last is None:
-            return
+        if self._mm is not None and self._last is not None:
+            self._write(self._last)
+
+    def _write(self, values: tuple) -> None:
+        """The seqlock's write: odd sequence, the fields, even sequence."""
         seq = self._sequence + 1
         _SEQUENCE.pack_into(self._mm, 8, seq)
-        _FIELDS.pack_into(self._mm, _FIELDS_AT, *self._last, os.getpid(), time.time_ns())
+        _FIELDS.pack_into(self._mm, _FIELDS_AT, *values, os.getpid(), time.time_ns())
         self._sequence = seq + 1
         _SEQUENCE.pack_into(self._mm, 8, self._sequence)
 
