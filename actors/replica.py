@@ -516,7 +516,10 @@ class PartitionReplica:
     # --- leader: ISR and high watermark ------------------------------------------------------
 
     def _publish_view(self) -> None:
-        role = {LEADER: ROLE_LEADER, FOLLOWER: ROLE_FOLLOWER}.get(self.state.role, ROLE_NONE)
+        # A follower's files are read only while it is in the ISR it last heard of: one that fell
+        # behind would hold readers back (what it holds below its high watermark stays right).
+        role = ROLE_LEADER if self.state.role == LEADER else \
+            ROLE_FOLLOWER if self.state.role == FOLLOWER and self.replica_id in self.state.isr else ROLE_NONE
         self._view.publish(self.state.high_watermark, self.state.leader_epoch, role, **self.log.reader_state())
 
     def _wake(self) -> None:
@@ -671,6 +674,7 @@ class PartitionReplica:
         if leader_start > self.log.log_start_offset:
             self._advance_log_start(min(leader_start, self.log.log_end_offset))
         self.state.on_follower_append(self.log.log_end_offset, leader_hw)
+        self._publish_view()
         if self.state.high_watermark != self._hw_checkpointed and self._hw_timer is None:
             self._hw_timer = asyncio.get_running_loop().call_later(HW_CHECKPOINT_DELAY_S, self._checkpoint_hw)
 

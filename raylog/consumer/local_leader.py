@@ -1,4 +1,5 @@
-"""Finding a partition leader's files on this Ray node, for reads with no call per fetch."""
+"""Finding a partition's files on this Ray node, for reads with no call per fetch: the leader's,
+else an in-sync follower's (committed records are the same there)."""
 
 from __future__ import annotations
 
@@ -8,31 +9,43 @@ from raylog import ray_calls
 from raylog.errors import RaylogError
 from raylog.metadata import Metadata
 from raylog.storage.local_reader import LocalReader
+from raylog.storage.read_view import ROLE_FOLLOWER
 
 
 def open_local_reader(metadata: Metadata, topic: str, partition: int,
                       timeout_s: float) -> tuple[LocalReader | None, int | None]:
-    """(a reader of the leader's segment files, the leader epoch it is for) when the partition's
-    leader runs on this process's Ray node; (None, that epoch) otherwise, or when its files are
-    not readable here; (None, None) without a leader. One call to the leader (its location); the
+    """(a reader of the segment files of the partition's leader, or else of an in-sync follower,
+    on this process's Ray node; the leader epoch it is for); (None, that epoch) when no replica
+    here can be read; (None, None) without a leader. One call to the leader (its location); the
     caller keeps the reader until the metadata shows another epoch."""
     try:
-        epoch = metadata.leader_epoch(topic, partition)
-    except RaylogError:
+        info = metadata.describe(topic).partitions[partition]
+    except (RaylogError, IndexError):
         return None, None
+    if info.leader is None:
+        return None, None
+    epoch = info.leader_epoch
+    # Asked each time, not cached: a process may connect to another Ray cluster later.
+    here = ray.get_runtime_context().get_node_id()
     try:
         node, directory = ray_calls.get(metadata.leader(topic, partition).read_location.remote(), timeout_s)
-        # Asked each time, not cached: a process may connect to another Ray cluster later.
-        if node != ray.get_runtime_context().get_node_id():
-            return None, epoch
-        return LocalReader(directory), epoch
+        if node == here:
+            return LocalReader(directory), epoch
     except (RaylogError, OSError):
         return None, epoch
+    for replica in info.replicas:
+        if replica.node_id == here and replica.replica_id in info.isr and replica.replica_id != info.leader.replica_id:
+            try:
+                return LocalReader(replica.directory, ROLE_FOLLOWER), epoch
+            except OSError:
+                break
+    return None, epoch
 
 
 class LocalLeader:
-    """One partition's reads from its leader's files on this node: the reader is looked up once per
-    leader epoch the metadata names (a new leader may run elsewhere) and closed with it."""
+    """One partition's reads from its leader's (or an in-sync follower's) files on this node: the
+    reader is looked up once per leader epoch the metadata names (a new leader may run
+    elsewhere) and closed with it."""
 
     def __init__(self, metadata: Metadata, topic: str, partition: int, timeout_s: float):
         self._metadata = metadata
@@ -55,9 +68,20 @@ class LocalLeader:
         return self.reader
 
     def read(self, offset: int, max_bytes: int) -> tuple[bytes, int] | None:
-        """LocalReader.read from the current leader's files; None: fetch through the leader."""
+        """LocalReader.read from the current leader's (or follower's) files; None: fetch through
+        the leader."""
         reader = self.current()
-        return None if reader is None else reader.read(offset, max_bytes, self.epoch)
+        if reader is None:
+            return None
+        got = reader.read(offset, max_bytes, self.epoch)
+        if got is None:
+            snap = reader.snapshot()
+            if snap is not None and self.epoch is not None and snap.leader_epoch > self.epoch:
+                # The replica has heard of a newer leader than our metadata names: a fetch to the
+                # old leader may still succeed and never refresh it, so refresh it now.
+                self._metadata.invalidate(self._topic)
+                self.close()
+        return got
 
     def close(self) -> None:
         if self.reader is not None:

@@ -1,12 +1,18 @@
 """LocalReader: a partition's committed batches read straight from its segment files, by a
 process on the replica's node, with no call to the replica.
 
-It answers what the replica's fetch answers (``PartitionLog.read(offset, max_bytes,
+It answers what the leader's fetch answers (``PartitionLog.read(offset, max_bytes,
 high_watermark)``: whole batches of one segment from the batch holding ``offset``, none
-reaching the high watermark) or says it cannot (None), and the caller asks the replica. It
-cannot when the replica's page (read_view.py) is mid-publication, when ``offset`` is outside
-[log start, log end], and when the page's generation or log start moved while it read: the
-bytes may then be from a truncated, deleted or compacted file.
+reaching the high watermark) or says it cannot (None), and the caller asks the leader. It
+cannot when the replica's page (read_view.py) is mid-publication, from another leader epoch or
+role, or its writer is gone, when ``offset`` is outside [log start, log end], and when the
+page's generation or log start moved while it read: the bytes may then be from a truncated,
+deleted or compacted file.
+
+An in-sync follower's files serve the same committed records: below the follower's high
+watermark (the leader's, as of its last fetch, capped at its own log end) its log holds
+exactly the leader's batches, so a reader of a follower gets the leader's answer for a
+slightly older high watermark.
 
 Files are read with pread, never mapped: a segment the replica truncates under a mapping
 would raise SIGBUS in the reader, while pread just returns fewer bytes. Every batch's CRC is
@@ -23,7 +29,7 @@ from pathlib import Path
 
 from raylog.storage import files
 from raylog.storage.batch import HEADER_SIZE, LAST_OFFSET_DELTA_POS, LOG_OVERHEAD, iter_batches
-from raylog.storage.read_view import ROLE_LEADER, ReadView, ViewSnapshot, writer_alive
+from raylog.storage.read_view import ROLE_FOLLOWER, ROLE_LEADER, ReadView, ViewSnapshot, writer_alive
 
 _PEEK = struct.Struct(">qi")
 """base_offset, batch_length: the first 12 bytes of a batch."""
@@ -33,10 +39,14 @@ _PEEK_BYTES = LAST_OFFSET_DELTA_POS + 4
 
 
 class LocalReader:
-    """Reads one partition's directory; not thread-safe (one per consumer partition)."""
+    """Reads one partition replica's directory; not thread-safe (one per consumer partition)."""
 
-    def __init__(self, directory: str | Path):
+    def __init__(self, directory: str | Path, role: int = ROLE_LEADER):
+        if role not in (ROLE_LEADER, ROLE_FOLLOWER):
+            raise ValueError(f"a reader reads a leader's or a follower's files, not role {role}")
         self.directory = Path(directory)
+        self.role = role
+        """The role the replica must publish for its files to be read (its page says)."""
         self.view = ReadView(self.directory)
         self._bases: list[int] = []
         self._listed_for: tuple[int, int] | None = None
@@ -49,10 +59,10 @@ class LocalReader:
         return self.view.snapshot()
 
     def read(self, offset: int, max_bytes: int, leader_epoch: int | None = None) -> tuple[bytes, int] | None:
-        """(batches, high watermark) as the leader's fetch returns them, or None: ask the replica.
+        """(batches, high watermark) as the leader's fetch returns them, or None: ask the leader.
         ``leader_epoch``: the leader the caller expects; a page from another epoch answers None."""
         s1 = self.view.snapshot()
-        if s1 is None or s1.role != ROLE_LEADER or s1.generation % 2 \
+        if s1 is None or s1.role != self.role or s1.generation % 2 \
                 or (leader_epoch is not None and s1.leader_epoch != leader_epoch) or not writer_alive(s1):
             return None
         if offset < s1.log_start_offset or offset > s1.log_end_offset:

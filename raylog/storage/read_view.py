@@ -23,6 +23,10 @@ Layout, little-endian (the page never leaves the node, so no byte order is impos
         80    8 writer_pid          the replica process that writes the page
         88    8 updated_ns          time.time_ns() of the last publication
 
+Every publication wakes the processes waiting on the sequence's low 32 bits with a futex
+(futex.py): a reader that found nothing new sleeps on the word it last saw
+(``ReadView.wait_word``), so a new high watermark reaches it in one wake-up, without polling.
+
 A reader takes a snapshot (``ReadView.snapshot``): it reads the sequence, the fields, and the
 sequence again, and retries while the two differ or are odd, so it never sees a torn value
 (Linux's seqlock; the replica is the page's only writer). Everything a reader then reads from
@@ -33,6 +37,7 @@ that makes reads cheap; correctness rests on the batch CRCs and that second chec
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import os
 import struct
@@ -40,7 +45,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from raylog.storage import files
+from raylog.storage import files, futex
 
 PAGE_SIZE = 4096
 MAGIC = b"RLRV"
@@ -72,6 +77,9 @@ class ViewSnapshot:
     generation: int
     writer_pid: int
     updated_ns: int
+    sequence: int = 0
+    """The seqlock's (even) sequence this reading was taken at: what ``ReadView.wait_word`` waits
+    to see change."""
 
 
 class ReadViewWriter:
@@ -94,6 +102,8 @@ class ReadViewWriter:
         self._base_generation = previous + 2 + (previous % 2)
         self._last: tuple | None = None
         _HEADER.pack_into(self._mm, 0, MAGIC, VERSION)
+        self._word = ctypes.c_char.from_buffer(self._mm, 8)
+        self._word_address = ctypes.addressof(self._word)
         self.path = path
 
     def publish(self, high_watermark: int, leader_epoch: int, role: int, *, log_start_offset: int,
@@ -124,6 +134,7 @@ class ReadViewWriter:
         _FIELDS.pack_into(self._mm, _FIELDS_AT, *values, os.getpid(), time.time_ns())
         self._sequence = seq + 1
         _SEQUENCE.pack_into(self._mm, 8, self._sequence)
+        futex.wake(self._word_address)
 
     def close(self) -> None:
         """Publish that nobody serves reads here any more (role none, generation moved), and unmap."""
@@ -134,6 +145,7 @@ class ReadViewWriter:
         self._base_generation += 2  # a reader mid-read sees the generation move
         self.publish(f[0], f[3], ROLE_NONE, log_start_offset=f[1], log_end_offset=f[2], active_base_offset=f[5],
                      active_size=f[6], active_index_entries=f[7], generation=log_generation)
+        self._word = None  # the mapping cannot close while ctypes holds a view of it
         self._mm.close()
         self._mm = None
 
@@ -147,28 +159,37 @@ class ReadView:
         try:
             if os.fstat(fd).st_size < PAGE_SIZE:
                 raise FileNotFoundError(f"{path} is not a read view yet")
-            self._mm = mmap.mmap(fd, PAGE_SIZE, mmap.MAP_SHARED, mmap.PROT_READ)
+            self._page = futex.SharedPage(fd, PAGE_SIZE)
         finally:
             os.close(fd)
-        magic, version = _HEADER.unpack_from(self._mm, 0)
+        magic, version = _HEADER.unpack_from(self._page.buffer, 0)
         if magic != MAGIC or version != VERSION:
-            self._mm.close()
+            self._page.close()
             raise FileNotFoundError(f"{path} is not a version {VERSION} read view")
         self.path = path
 
     def snapshot(self) -> ViewSnapshot | None:
         """A consistent reading; None if the writer stayed mid-publication (it died there)."""
-        mm = self._mm
+        page = self._page.buffer
         for _ in range(_SNAPSHOT_RETRIES):
-            before = _SEQUENCE.unpack_from(mm, 8)[0]
+            before = _SEQUENCE.unpack_from(page, 8)[0]
             if before % 2 == 0:
-                fields = _FIELDS.unpack_from(mm, _FIELDS_AT)
-                if _SEQUENCE.unpack_from(mm, 8)[0] == before:
-                    return ViewSnapshot(*fields)
+                fields = _FIELDS.unpack_from(page, _FIELDS_AT)
+                if _SEQUENCE.unpack_from(page, 8)[0] == before:
+                    return ViewSnapshot(*fields, before)
         return None
 
+    def wait_word(self, snapshot: ViewSnapshot) -> tuple[int, int]:
+        """(address, value) for ``futex.wait``/``wait_any``: sleeps until the replica publishes
+        anything after ``snapshot``."""
+        return self._page.address + 8, snapshot.sequence & 0xFFFFFFFF
+
+    def wait(self, snapshot: ViewSnapshot, timeout_s: float) -> None:
+        """Sleep until the replica publishes anything after ``snapshot``, at most ``timeout_s``."""
+        futex.wait(*self.wait_word(snapshot), timeout_s)
+
     def close(self) -> None:
-        self._mm.close()
+        self._page.close()
 
 
 def writer_alive(snapshot: ViewSnapshot) -> bool:

@@ -131,3 +131,85 @@ def test_consumers_read_locally_only_what_is_led_on_their_node_and_fetch_the_res
     assert local == remote
     assert local_metrics["bytes-fetched-remotely-total"] > 0
     assert (local_metrics["bytes-read-locally-total"] > 0) == (here in leaders.values())
+
+
+def test_an_in_sync_follower_on_the_readers_node_serves_committed_records_from_its_files(sim):
+    """Where the driver's node holds no leader but an in-sync follower, a consumer reads that
+    follower's files (issue 22): the records equal the leader's fetch, through a SIGKILL of the
+    follower (readers fall back to the leader while it is gone, and come back to it)."""
+    import ray
+
+    from raylog import TopicPartition
+    from raylog.consumer.local_leader import LocalLeader
+    from raylog.storage.read_view import ROLE_FOLLOWER, ROLE_LEADER
+
+    cluster = sim.cluster
+    topic = "follower-read"
+    cluster.admin().create_topic(topic, 6, replication_factor=3)
+    producer = cluster.producer(acks="all")
+    producer.send_batch(topic, [b"%d" % i for i in range(3000)], partition=[i % 6 for i in range(3000)]).get(60)
+    here = ray.get_runtime_context().get_node_id()
+    # Partition 0 gets a follower on the driver's node whatever placement chose.
+    others = [n for n in sim.node_ids() if n != here][:2]
+    cluster.admin().alter_partition_reassignments({TopicPartition(topic, 0): [others[0], here, others[1]]})
+
+    def reassigned():
+        st = cluster.admin().describe_partitions(topic)[0]
+        return sorted(r["node_id"] for r in st["replicas"]) == sorted([here, *others]) and len(st["isr"]) == 3
+    wait_for(reassigned, timeout_s=90, interval_s=0.5)
+    parts = cluster.admin().describe_partitions(topic)
+    roles = {}
+    for st in parts:
+        nodes = {r["replica_id"]: r["node_id"] for r in st["replicas"]}
+        if nodes[st["leader"]] == here:
+            roles[st["partition"]] = ROLE_LEADER
+        elif any(node == here and rid in st["isr"] for rid, node in nodes.items()):
+            roles[st["partition"]] = ROLE_FOLLOWER
+    followed = [p for p, role in roles.items() if role == ROLE_FOLLOWER]
+    assert 0 in followed, roles
+
+    def wait_for_reader(p: int, role: int | None):
+        def opened():
+            local = LocalLeader(cluster.metadata, topic, p, 30)
+            try:
+                if local.current() is None:
+                    return role is None
+                return local.reader.role == role and local.read(0, 1) is not None
+            finally:
+                local.close()
+        wait_for(opened, timeout_s=60, describe=lambda: f"partition {p} read from role {role} here")
+
+    for p in range(6):
+        wait_for_reader(p, roles.get(p))
+
+    def read(local: bool, expected: int, partitions=range(6)):
+        consumer = cluster.consumer(auto_offset_reset="earliest", local_reads=local)
+        consumer.assign([TopicPartition(topic, p) for p in partitions])
+        values = []
+        while len(values) < expected:
+            for batch in consumer.poll_batch(timeout_ms=2000):
+                values += [(batch.partition, o, v) for o, v in zip(batch.offsets.tolist(), batch.value_list())]
+        metrics = consumer.metrics()["consumer-fetch-manager-metrics"]
+        consumer.close()
+        return sorted(values), metrics
+
+    local, _ = read(True, 3000)
+    assert local == read(False, 3000)[0]
+    # The follower's files, not only partitions led here, served the reads.
+    for p in followed:
+        _, metrics = read(True, 500, [p])
+        assert metrics["bytes-read-locally-total"] > 0 and metrics["bytes-fetched-remotely-total"] == 0, p
+
+    # SIGKILL the follower on this node: its page's writer is gone, so readers fetch from the
+    # leader; Ray restarts it, it rejoins the ISR, and its files are read again.
+    p = followed[0]
+    replica_id = next(r["replica_id"] for r in parts[p]["replicas"] if r["node_id"] == here)
+    pid = next(r["pid"] for r in cluster.admin().describe_replicas(topic, p) if r["replica_id"] == replica_id)
+    os.kill(pid, signal.SIGKILL)
+    producer.send_batch(topic, [b"after-%d" % i for i in range(600)], partition=p).get(60)
+    producer.close()
+    during, _ = read(True, 3600)
+    assert during == read(False, 3600)[0]
+    wait_for_reader(p, ROLE_FOLLOWER)
+    after, _ = read(True, 3600)
+    assert after == during

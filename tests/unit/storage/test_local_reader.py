@@ -1,13 +1,19 @@
 """LocalReader answers exactly what the replica's fetch answers, or None, through appends, rolls,
 retention, delete_records, truncation and compaction (hypothesis drives the log; the reader
-reads the real files its page points at)."""
+reads the real files its page points at), while a second reader on its own thread reads
+throughout and checks every record it is given: a reader racing the writer never returns a
+wrong or torn record. Readers sleeping on the page are woken by a publication, across processes."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import random
 import shutil
+import sys
 import tempfile
+import threading
+import time
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -17,13 +23,60 @@ from raylog.config import TopicConfig
 from raylog.storage import batch as rb
 from raylog.storage.local_reader import LocalReader
 from raylog.storage.log import PartitionLog
-from raylog.storage.read_view import ROLE_FOLLOWER, ROLE_LEADER, ReadView, ReadViewWriter
+from raylog.storage import futex
+from raylog.storage.batch import iter_batches
+from raylog.storage.read_view import ROLE_FOLLOWER, ROLE_LEADER, ROLE_NONE, ReadView, ReadViewWriter
 
 TS = 1_700_000_000_000
 
 
 def publish(writer: ReadViewWriter, log: PartitionLog, hw: int, epoch: int = 3, role: int = ROLE_LEADER) -> None:
     writer.publish(hw, epoch, role, **log.reader_state())
+
+
+class RacingReader(threading.Thread):
+    """Reads the partition from random offsets, and onward, for as long as the writer works, and
+    records every record that is not the one written at its offset. Each value names the offset
+    it was appended at and a serial number, so a record from a stale, torn or wrong position
+    cannot pass."""
+
+    def __init__(self, directory: str, written: dict[int, set[bytes]], seed: int):
+        super().__init__(daemon=True)
+        self.reader = LocalReader(directory)
+        self.written = written
+        self.rng = random.Random(seed)
+        self.stop = threading.Event()
+        self.wrong: list[str] = []
+        self.records_checked = 0
+
+    def run(self) -> None:
+        offset = 0
+        while not self.stop.is_set():
+            snap = self.reader.snapshot()
+            if snap is None or self.rng.random() < 0.2:
+                offset = self.rng.randint(0, max(0, snap.log_end_offset if snap else 0))
+            got = self.reader.read(offset, self.rng.choice([300, 5000, 1 << 20]), leader_epoch=3)
+            if got is None or not got[0]:
+                offset = snap.log_start_offset if snap else 0
+                time.sleep(0.0001)
+                continue
+            data, hw = got
+            for batch in iter_batches(data):
+                cols = batch.columns()
+                for o, v in zip(batch.offsets(cols), cols.values.to_pylist()):
+                    o = int(o)
+                    self.records_checked += 1
+                    if o >= hw:
+                        self.wrong.append(f"offset {o} at or above the high watermark {hw}")
+                    elif not v.startswith(b"%d:" % o) or v not in self.written.get(o, ()):
+                        self.wrong.append(f"offset {o} holds {v[:30]!r}, never written there")
+                offset = batch.last_offset + 1
+
+    def finish(self) -> list[str]:
+        self.stop.set()
+        self.join(30)
+        self.reader.close()
+        return self.wrong
 
 
 class LocalReadMachine(RuleBasedStateMachine):
@@ -39,19 +92,36 @@ class LocalReadMachine(RuleBasedStateMachine):
         self._publish()
         self.reader = LocalReader(self.dir)
         self.rng = random.Random(0)
+        self.written: dict[int, set[bytes]] = {}
+        self.serial = 0
+        self.racer = RacingReader(self.dir, self.written, seed=segment_bytes)
+        # Switch threads every 10 us instead of 5 ms, so the racing reader's steps fall between
+        # the writer's: inside an append, a roll, a truncation, a compaction swap.
+        self.switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(1e-5)
+        self.racer.start()
 
     def _publish(self) -> None:
         self.hw = min(self.hw, self.log.log_end_offset)
         publish(self.writer, self.log, self.hw)
 
     def teardown(self):
+        wrong = self.racer.finish()
+        sys.setswitchinterval(self.switch_interval)
         self.log.close()
         self.writer.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+        assert not wrong, wrong[:5]
 
     @rule(count=st.integers(1, 30), size=st.integers(0, 60), keys=st.integers(1, 4))
     def append(self, count, size, keys):
-        values = [self.rng.randbytes(self.rng.randint(0, size)) for _ in range(count)]
+        first = self.log.log_end_offset
+        values = []
+        for i in range(count):
+            self.serial += 1
+            values.append(b"%d:%d:" % (first + i, self.serial) + self.rng.randbytes(self.rng.randint(0, size)))
+            # Written before the append: the racing reader may see the record as soon as it lands.
+            self.written.setdefault(first + i, set()).add(values[-1])
         data = rb.build(values, keys=[b"k%d" % self.rng.randrange(keys) for _ in range(count)],
                         timestamps_ms=[TS + i for i in range(count)], compression=self.rng.choice(["lz4", "none"]))
         self.log.append(data)
@@ -148,3 +218,82 @@ def test_a_writer_killed_mid_publication_leaves_a_page_readers_skip_and_the_next
     snap = view.snapshot()
     assert snap is not None and snap.generation > before and snap.writer_pid == os.getpid()
     log.close()
+
+
+def test_a_follower_reader_reads_only_a_follower_page_and_a_leader_reader_only_a_leader_page(tmp_path):
+    log = PartitionLog(tmp_path, TopicConfig())
+    log.append(rb.build([b"a", b"b", b"c"], timestamps_ms=[TS] * 3))
+    writer = ReadViewWriter(tmp_path)
+    follower_reader, leader_reader = LocalReader(tmp_path, ROLE_FOLLOWER), LocalReader(tmp_path)
+    publish(writer, log, 2, role=ROLE_FOLLOWER)
+    assert follower_reader.read(0, 1 << 20, leader_epoch=3) == (bytes(log.read(0, 1 << 20, 2)), 2)
+    assert leader_reader.read(0, 1 << 20, leader_epoch=3) is None
+    publish(writer, log, 3, role=ROLE_NONE)  # a follower out of the ISR, or a replica with no role
+    assert follower_reader.read(0, 1 << 20) is None and leader_reader.read(0, 1 << 20) is None
+    publish(writer, log, 3)
+    assert leader_reader.read(0, 1 << 20) == (bytes(log.read(0, 1 << 20, 3)), 3)
+    assert follower_reader.read(0, 1 << 20) is None
+    log.close()
+
+
+def _wait_for_publication(directory: str, started, result) -> None:
+    view = ReadView(directory)
+    snap = view.snapshot()
+    started.set()
+    begun = time.monotonic()
+    view.wait(snap, 20.0)
+    result.put((time.monotonic() - begun, view.snapshot().high_watermark))
+
+
+def test_a_reader_asleep_on_the_page_in_another_process_wakes_when_the_replica_publishes(tmp_path):
+    if not futex.available:
+        import pytest
+        pytest.skip("futexes are Linux's")
+    log = PartitionLog(tmp_path, TopicConfig())
+    writer = ReadViewWriter(tmp_path)
+    publish(writer, log, 0)
+    ctx = multiprocessing.get_context("fork")
+    started, result = ctx.Event(), ctx.Queue()
+    sleeper = ctx.Process(target=_wait_for_publication, args=(str(tmp_path), started, result))
+    sleeper.start()
+    try:
+        assert started.wait(20)
+        time.sleep(0.5)  # it sleeps in the kernel now: nothing else would end its wait before 20 s
+        log.append(rb.build([b"x"], timestamps_ms=[TS]))
+        publish(writer, log, 1)
+        slept, hw = result.get(timeout=15)
+    finally:
+        sleeper.join(5)
+        sleeper.kill()
+    assert hw == 1
+    assert 0.4 < slept < 15, f"slept {slept:.3f} s: woken by the publication, not the 20 s timeout"
+    log.close()
+
+
+def test_waiting_on_several_pages_wakes_on_any_of_them(tmp_path):
+    if not futex.available:
+        import pytest
+        pytest.skip("futexes are Linux's")
+    views, writers, logs = [], [], []
+    for name in ("p0", "p1", "p2"):
+        d = tmp_path / name
+        d.mkdir()
+        logs.append(PartitionLog(d, TopicConfig()))
+        writers.append(ReadViewWriter(d))
+        publish(writers[-1], logs[-1], 0)
+        views.append(ReadView(d))
+    words = [v.wait_word(v.snapshot()) for v in views]
+    waker = threading.Timer(0.3, lambda: publish(writers[2], logs[2], 0, epoch=4))
+    begun = time.monotonic()
+    waker.start()
+    futex.wait_any(words, 20.0)
+    slept = time.monotonic() - begun
+    waker.join()
+    assert views[2].snapshot().leader_epoch == 4
+    assert 0.2 < slept < 15, f"slept {slept:.3f} s"
+    # A word that already moved returns at once.
+    begun = time.monotonic()
+    futex.wait_any(words, 20.0)
+    assert time.monotonic() - begun < 15
+    for log in logs:
+        log.close()
