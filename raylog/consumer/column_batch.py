@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from raylog.errors import CorruptRecordError
-from raylog.records import ConsumerRecord, serialized_header_size
+from raylog.records import NO_HEADERS, ConsumerRecord, serialized_header_size
 from raylog.storage.batch import iter_batches
 from raylog.storage.payload import BinaryColumn
 
@@ -100,7 +100,7 @@ class ColumnBatch:
         """None when no record of the batch has headers, else one list of (name, value) per record."""
         if self._headers is None:
             return None
-        return [[tuple(h) for h in hs] if hs else [] for hs in self._headers[self._start:self._stop]]
+        return [[tuple(h) for h in hs] if hs else NO_HEADERS for hs in self._headers[self._start:self._stop]]
 
     def key_list(self) -> list:
         """Keys as Python bytes (None where absent): one object per record."""
@@ -139,7 +139,7 @@ class ColumnBatch:
                 values = [None if v is None else value_deserializer(v) for v in values]
             headers = self.headers
             if headers is None:
-                headers = [[] for _ in range(n)]
+                headers = _repeat(NO_HEADERS, n)
                 header_sizes = _repeat(-1, n)
             else:
                 header_sizes = list(map(serialized_header_size, headers))

@@ -69,6 +69,16 @@ JITTER = 0.2
 """Retry backoff is spread by +-20% (KIP-580), so producers that failed together retry apart."""
 
 
+SMALL_BATCH_BYTES = 64 * 1024
+"""Batches up to this size go to the replica as bytes, larger ones as a numpy view: Ray
+serializes a numpy array without a copy (it pays for large batches) but with ~60 us more
+per call than bytes (measured on a 100-byte batch: 222 vs 160 us to submit)."""
+
+
+def _call_argument(records):
+    return bytes(records) if len(records) <= SMALL_BATCH_BYTES else np.frombuffer(records, dtype=np.uint8)
+
+
 class PartitionState:
     """The sender's view of one partition: its queue, calls in flight and sequence."""
 
@@ -246,7 +256,7 @@ class Sender(threading.Thread):
         try:
             info = self.metadata.topic(batch.tp.topic, self.config.metadata_max_age_ms / 1000)
             leader = self.metadata.leader(batch.tp.topic, batch.tp.partition)
-            ref = leader.produce.remote(np.frombuffer(batch.records, dtype=np.uint8), self.acks,
+            ref = leader.produce.remote(_call_argument(batch.records), self.acks,
                                         info.description.partitions[batch.tp.partition].leader_epoch,
                                         self._replica_wait_ms)
         except Exception as exc:  # noqa: BLE001 - metadata errors complete the batch like call errors
