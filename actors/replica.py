@@ -65,6 +65,7 @@ from raylog.errors import (
 )
 from raylog.logs import configure_actor_logging, get_logger, log_event
 from raylog.naming import CONTROLLER_ACTOR_NAME
+from raylog import produce_channel
 from raylog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from raylog.storage import files
 from raylog.storage.batch import HEADER_SIZE, NO_PRODUCER_ID, RecordBatch, iter_batches
@@ -143,6 +144,11 @@ class PartitionReplica:
         # wake (new high watermark, new state), around every change of files, and on heartbeats.
         self._view = ReadViewWriter(directory)
         self.log.on_files_changing = self._publish_view
+        # Producers on this node send batches over a Unix socket to the same produce() (started
+        # on the first read_location, which is how they find it).
+        self._channel = produce_channel.ProduceChannelServer(
+            produce_channel.socket_name(topic_id, partition, replica_id, os.getpid()), self.produce) \
+            if produce_channel.available else None
         self._initial_state = initial_state if not _restarted() else None
         self._started = False
         self._generation = 0
@@ -987,11 +993,21 @@ class PartitionReplica:
         return self.log.log_start_offset
 
     async def read_location(self) -> list:
-        """[Ray node id, partition directory]: where a reader on this node finds the segments and
-        the read view (raylog/storage/local_reader.py)."""
+        """[Ray node id, partition directory, produce channel name or ""]: where a reader on this
+        node finds the segments and the read view (raylog/storage/local_reader.py), and where a
+        producer on this node sends batches without a Ray call (raylog/produce_channel.py)."""
         import ray
 
-        return [ray.get_runtime_context().get_node_id(), str(self.directory)]
+        name = ""
+        if self._channel is not None and not self._deleted:
+            try:
+                await self._channel.start()
+                name = self._channel.name
+            except OSError as exc:
+                logger.warning("%s-%s: no produce channel (%s); producers here use Ray calls",
+                               self.topic, self.partition, exc)
+                self._channel = None
+        return [ray.get_runtime_context().get_node_id(), str(self.directory), name]
 
     async def describe(self) -> dict:
         self._ensure_started()
@@ -1019,8 +1035,14 @@ class PartitionReplica:
         self._deleted = True
         if self.state.high_watermark != self._hw_checkpointed:
             files.write_checkpoint(self.log.directory / files.HIGH_WATERMARK_FILE, self.state.high_watermark)
+        await self._close_channel()
         self._view.close()
         self.log.close()
+
+    async def _close_channel(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
 
     async def delete_data(self) -> None:
         """Topic deletion or a reassignment that moved this replica away: remove its directory."""
@@ -1028,6 +1050,7 @@ class PartitionReplica:
         self._generation += 1
         self.state.become_none()
         self._fail_waiting(NotLeaderForPartitionError(f"{self.topic}-{self.partition} was deleted here"))
+        await self._close_channel()
         self._view.close()
         self.log.close_unclean()
         # Only if the directory is still this topic's: a new topic of the same name may own the path now.

@@ -11,7 +11,8 @@ Rows (records/s unless noted), each the median of --runs runs:
   consumed before the next), quiet and with a second process keeping one core busy; and with the
   producer and the consumer as two threads of one process
 - each consumer row twice: reading the leader's files on its node (the default) and through
-  fetch calls (local_reads=False), in the same run
+  fetch calls (local_reads=False), in the same run; the latency rows likewise with the producer
+  on the same-node channel (the default) and on Ray calls (local_produce=False)
 
 In the same run, Ray's own ``ray.util.queue.Queue`` moves the same records with
 put_nowait_batch/get_nowait_batch: the Ray-native baseline, printed as a ratio. Records
@@ -70,8 +71,8 @@ class Timed:
         self.cpu = process_cpu_s() - self.cpu
 
 
-def produce_batch(cluster, topic: str, values: list[bytes], chunk: int = 100_000) -> Timed:
-    producer = cluster.producer()
+def produce_batch(cluster, topic: str, values: list[bytes], chunk: int = 100_000, local: bool = True) -> Timed:
+    producer = cluster.producer(local_produce=local)
     with Timed() as t:
         futures = [producer.send_batch(topic, values[i:i + chunk]) for i in range(0, len(values), chunk)]
         for f in futures:
@@ -91,8 +92,8 @@ def produce_per_record(cluster, topic: str, values: list[bytes]) -> Timed:
     return t
 
 
-def produce_keyed_and_get(cluster, topic: str, values: list[bytes], keys: list[bytes]) -> Timed:
-    producer = cluster.producer()
+def produce_keyed_and_get(cluster, topic: str, values: list[bytes], keys: list[bytes], local: bool = True) -> Timed:
+    producer = cluster.producer(local_produce=local)
     send = producer.send
     with Timed() as t:
         futures = [send(topic, v, key=k) for v, k in zip(values, keys)]
@@ -127,7 +128,7 @@ def consume_records(cluster, topic: str, expected: int, local: bool = True) -> T
 
 def e2e_latency_ms(cluster, topic: str, samples: int, rate_per_s: int = 1000, local: bool = True) -> list[float]:
     """Send one record, wait until the consumer has it, pace to ``rate_per_s``."""
-    producer = cluster.producer(acks=1, linger_ms=0)
+    producer = cluster.producer(acks=1, linger_ms=0, local_produce=local)
     consumer = cluster.consumer(topic, auto_offset_reset="latest", fetch_max_wait_ms=1000, local_reads=local)
     consumer.poll(timeout_ms=100)
     value = b"x" * RECORD_BYTES
@@ -159,7 +160,7 @@ def e2e_latency_threads_ms(cluster, topic: str, samples: int, rate_per_s: int = 
     import struct
     import threading
 
-    producer = cluster.producer(acks=1, linger_ms=0)
+    producer = cluster.producer(acks=1, linger_ms=0, local_produce=local)
     consumer = cluster.consumer(topic, auto_offset_reset="latest", fetch_max_wait_ms=1000, local_reads=local)
     consumer.poll(timeout_ms=100)
     total = samples + samples // 10
@@ -208,15 +209,19 @@ def ray_queue_baseline(values: list[bytes], chunk: int = 100_000) -> tuple[float
 
 ROWS = [
     ("send_batch", "producer send_batch"),
+    ("send_batch_call", "  the same through Ray calls"),
     ("send", "producer send() unkeyed"),
     ("send_keyed_get", "producer send(key) + get() each"),
+    ("send_keyed_get_call", "  the same through Ray calls"),
     ("poll_batch", "consumer poll_batch columns"),
     ("poll_batch_call", "  the same through fetch calls"),
     ("poll_records", "consumer poll() each record"),
     ("poll_records_call", "  the same through fetch calls"),
 ]
 """Consumers read the leader's segment files on its node (local_reads, the default); the
-'through fetch calls' rows are the same consumers with local_reads=False, in the same run."""
+'through fetch calls' rows are the same consumers with local_reads=False, in the same run.
+Producers send over the same-node channel (local_produce, the default); the 'through Ray calls'
+rows are the same producers with local_produce=False."""
 
 
 def run(records: int, runs: int, partitions: int, latency_samples: int, baseline: bool = True) -> dict:
@@ -241,13 +246,15 @@ def run(records: int, runs: int, partitions: int, latency_samples: int, baseline
             # Each run's topics are made just before it and deleted after: idle replica processes
             # cost CPU (issue 16), and the raylet keeps starting spare workers for a few seconds
             # after a burst of actors, so the run waits that out before timing anything.
-            batch_topic, send_topic, keyed_topic = (f"bench-{uuid.uuid4().hex[:6]}" for _ in range(3))
-            for t in (batch_topic, send_topic, keyed_topic):
+            batch_topic, send_topic, keyed_topic, call_topic = (f"bench-{uuid.uuid4().hex[:6]}" for _ in range(4))
+            for t in (batch_topic, send_topic, keyed_topic, call_topic):
                 cluster.admin().create_topic(t, partitions)
             time.sleep(3)
             record("send_batch", produce_batch(cluster, batch_topic, values))
+            record("send_batch_call", produce_batch(cluster, call_topic, values, local=False))
             record("send", produce_per_record(cluster, send_topic, values))
             record("send_keyed_get", produce_keyed_and_get(cluster, keyed_topic, values, keys))
+            record("send_keyed_get_call", produce_keyed_and_get(cluster, call_topic, values, keys, local=False))
             record("poll_batch", consume_columns(cluster, batch_topic, records))
             record("poll_batch_call", consume_columns(cluster, batch_topic, records, local=False))
             record("poll_records", consume_records(cluster, keyed_topic, records))
@@ -256,7 +263,7 @@ def run(records: int, runs: int, partitions: int, latency_samples: int, baseline
                 put, get = ray_queue_baseline(values)
                 queue_rates["put"].append(put)
                 queue_rates["get"].append(get)
-            cluster.admin().delete_topics([batch_topic, send_topic, keyed_topic])
+            cluster.admin().delete_topics([batch_topic, send_topic, keyed_topic, call_topic])
         if latency_samples:
             topic = f"bench-lat-{uuid.uuid4().hex[:6]}"
             cluster.admin().create_topic(topic, 1)

@@ -67,6 +67,8 @@ class ProducerMetrics:
         """Encoded batch bytes sent, retries included."""
         self.requests = Sensor()
         """Produce calls, recorded with their latency in ms when answered."""
+        self.local_requests = Sensor()
+        """Produce requests sent over the same-node channel instead of a Ray call."""
         self.batch_records = Sensor()
         self.batch_bytes = Sensor()
         self.errors = Sensor()
@@ -89,6 +91,7 @@ class ProducerMetrics:
             "request-rate": self.requests.event_rate(now, t0),
             "request-latency-avg": self.requests.avg(),
             "request-latency-max": self.requests.maximum,
+            "requests-sent-locally-total": float(self.local_requests.total),
             "batch-size-avg": self.batch_bytes.avg(),
             "batch-size-max": self.batch_bytes.maximum,
             "records-per-request-avg": self.batch_records.avg(),

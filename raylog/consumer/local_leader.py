@@ -28,7 +28,7 @@ def open_local_reader(metadata: Metadata, topic: str, partition: int,
     # Asked each time, not cached: a process may connect to another Ray cluster later.
     here = ray.get_runtime_context().get_node_id()
     try:
-        node, directory = ray_calls.get(metadata.leader(topic, partition).read_location.remote(), timeout_s)
+        node, directory = ray_calls.get(metadata.leader(topic, partition).read_location.remote(), timeout_s)[:2]
         if node == here:
             return LocalReader(directory), epoch
     except (RaylogError, OSError):

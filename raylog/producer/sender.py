@@ -45,10 +45,11 @@ import random
 import threading
 import time
 from collections import deque
+from concurrent.futures import Future
 
 import numpy as np
 
-from raylog import ray_calls
+from raylog import produce_channel, ray_calls
 from raylog.producer.accumulator import RecordAccumulator
 from raylog.producer.batch_builder import BatchBuilder, ProducerBatch
 from raylog.client_metrics import ProducerMetrics
@@ -65,6 +66,15 @@ MAX_PRODUCER_EPOCH = 32767
 """producer_epoch is an int16 in the batch header."""
 SEQUENCE_MASK = 0x7FFFFFFF
 """Sequences wrap to 0 after 2**31 - 1, as Kafka's do."""
+CHANNEL_RECHECK_S = 5.0
+"""A partition whose leader had no same-node channel is looked at again this often (its leader
+may have moved here without a new epoch showing in this producer's metadata yet)."""
+CHANNEL_LOOKUP_TIMEOUT_S = 5.0
+"""The sender thread waits this long at most for a leader's location (a paused leader must not
+hold up other partitions for request_timeout_ms); without an answer it makes Ray calls."""
+MAX_CHANNELS = 32
+"""Channels one producer keeps open (each is a socket and a reader thread): partitions beyond
+them on this node use Ray calls."""
 JITTER = 0.2
 """Retry backoff is spread by +-20% (KIP-580), so producers that failed together retry apart."""
 
@@ -136,10 +146,22 @@ class Sender(threading.Thread):
         self._halt = False
         self._abort_error: BaseException | None = None
         self.metrics = ProducerMetrics()
+        self._channels: dict = {}
+        """TopicPartition -> (leader epoch, ProduceChannel or None, monotonic time looked up): the
+        same-node channel to each partition's leader (produce_channel.py)."""
 
     # --- the loop -----------------------------------------------------------------------------
 
     def run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            for _, channel, _ in self._channels.values():
+                if channel is not None:
+                    channel.close()
+            self._channels.clear()
+
+    def _loop(self) -> None:
         wakeup = self.acc.wakeup
         while True:
             wakeup.clear()
@@ -256,9 +278,13 @@ class Sender(threading.Thread):
         try:
             info = self.metadata.topic(batch.tp.topic, self.config.metadata_max_age_ms / 1000)
             leader = self.metadata.leader(batch.tp.topic, batch.tp.partition)
-            ref = leader.produce.remote(_call_argument(batch.records), self.acks,
-                                        info.description.partitions[batch.tp.partition].leader_epoch,
-                                        self._replica_wait_ms)
+            epoch = info.description.partitions[batch.tp.partition].leader_epoch
+            channel = self._channel(batch.tp, leader, epoch, now) if self.config.local_produce else None
+            if channel is not None:
+                ref = channel.produce(batch.records, self.acks, epoch, self._replica_wait_ms)
+                self.metrics.local_requests.record(1, now)
+            else:
+                ref = leader.produce.remote(_call_argument(batch.records), self.acks, epoch, self._replica_wait_ms)
         except Exception as exc:  # noqa: BLE001 - metadata errors complete the batch like call errors
             self._on_error(st, batch, ray_calls.translate(exc), now)
             return
@@ -274,7 +300,32 @@ class Sender(threading.Thread):
         if self.acks == 0:
             self.metrics.records.record(batch.count, now)
             batch.result.complete_batch(batch.indices, -1)
-        ref.future().add_done_callback(lambda _f, ref=ref: self._responded(ref))
+        (ref if isinstance(ref, Future) else ref.future()).add_done_callback(lambda _f, ref=ref: self._responded(ref))
+
+    def _channel(self, tp, leader, epoch: int, now: float):
+        """The same-node channel to ``leader`` (looked up once per leader epoch, again after it
+        breaks, and every CHANNEL_RECHECK_S while there is none), or None: use a Ray call."""
+        entry = self._channels.get(tp)
+        if entry is not None:
+            known_epoch, channel, checked_at = entry
+            if known_epoch == epoch and (channel.broken is None if channel is not None
+                                         else now - checked_at < CHANNEL_RECHECK_S):
+                return channel
+            if channel is not None:
+                channel.close()
+        channel = None
+        open_channels = sum(1 for _, c, _ in self._channels.values() if c is not None and c.broken is None)
+        if produce_channel.available and open_channels < MAX_CHANNELS:
+            try:
+                import ray
+
+                node, _, name = ray_calls.get(leader.read_location.remote(), CHANNEL_LOOKUP_TIMEOUT_S)
+                if name and node == ray.get_runtime_context().get_node_id():
+                    channel = produce_channel.ProduceChannel(name)
+            except Exception:  # noqa: BLE001 - no channel (a replica gone, another node): Ray calls
+                channel = None
+        self._channels[tp] = (epoch, channel, now)
+        return channel
 
     def _responded(self, ref) -> None:
         """Ray's completion callback (another thread): queue the response and wake the loop."""
@@ -292,7 +343,7 @@ class Sender(threading.Thread):
         st.in_flight -= 1
         self._in_flight_by_topic[batch.tp.topic] -= 1
         try:
-            response = ray_calls.get(ref, 0)
+            response = ref.result(0) if isinstance(ref, Future) else ray_calls.get(ref, 0)
         except Exception as exc:  # noqa: BLE001
             if self.acks != 0:
                 self._on_error(st, batch, ray_calls.translate(exc), time.monotonic())
