@@ -20,7 +20,8 @@ pytestmark = [pytest.mark.ray]
 def produce_and_read(cluster, topic: str, local: bool) -> tuple[list, dict]:
     producer = cluster.producer(local_produce=local, linger_ms=0, acks=1)
     futures = [producer.send(topic, b"v%d" % i, key=b"k%d" % (i % 7)) for i in range(300)]
-    futures.append(producer.send_batch(topic, [b"b%d" % i for i in range(5000)]))
+    # Pinned: unkeyed runs go to whichever partition the sticky partitioner picks.
+    futures.append(producer.send_batch(topic, [b"b%d" % i for i in range(5000)], partition=1))
     metadata = [f.get(60) for f in futures[:-1]]
     futures[-1].get(60)
     metrics = producer.metrics()["producer-metrics"]
