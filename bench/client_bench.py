@@ -236,7 +236,7 @@ def run(records: int, runs: int, partitions: int, latency_samples: int, baseline
     rates: dict[str, list[float]] = {name: [] for name, _ in ROWS}
     cpu: dict[str, list[float]] = {name: [] for name, _ in ROWS}
     queue_rates: dict[str, list[float]] = {"put": [], "get": []}
-    latency: dict[str, list[float]] = {}
+    latency: dict[str, list[list[float]]] = {}
     try:
         def record(name: str, t: Timed) -> None:
             rates[name].append(records / t.wall)
@@ -267,16 +267,20 @@ def run(records: int, runs: int, partitions: int, latency_samples: int, baseline
         if latency_samples:
             topic = f"bench-lat-{uuid.uuid4().hex[:6]}"
             cluster.admin().create_topic(topic, 1)
-            latency["quiet"] = e2e_latency_ms(cluster, topic, latency_samples)
-            latency["quiet, calls"] = e2e_latency_ms(cluster, topic, latency_samples, local=False)
-            latency["threads"] = e2e_latency_threads_ms(cluster, topic, latency_samples)
-            latency["threads, calls"] = e2e_latency_threads_ms(cluster, topic, latency_samples, local=False)
-            busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-            try:
-                latency["busy"] = e2e_latency_ms(cluster, topic, latency_samples)
-            finally:
-                busy.kill()
-                busy.wait()
+            for _ in range(runs):
+                for mode, sample in (
+                        ("quiet", lambda: e2e_latency_ms(cluster, topic, latency_samples)),
+                        ("quiet, calls", lambda: e2e_latency_ms(cluster, topic, latency_samples, local=False)),
+                        ("threads", lambda: e2e_latency_threads_ms(cluster, topic, latency_samples)),
+                        ("threads, calls",
+                         lambda: e2e_latency_threads_ms(cluster, topic, latency_samples, local=False))):
+                    latency.setdefault(mode, []).append(sample())
+                busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                try:
+                    latency.setdefault("busy", []).append(e2e_latency_ms(cluster, topic, latency_samples))
+                finally:
+                    busy.kill()
+                    busy.wait()
     finally:
         ray.shutdown()
         shutil.rmtree(data_root, ignore_errors=True)
@@ -293,15 +297,22 @@ def run(records: int, runs: int, partitions: int, latency_samples: int, baseline
         print(f"  ray Queue get_nowait_batch         {qget:>12,.0f} records/s  "
               f"(raylog poll_batch = {med['poll_batch'] / qget:.2f}x)")
         med.update(queue_put=qput, queue_get=qget)
-    for mode, samples in latency.items():
-        p50, p99, p999 = np.percentile(samples, [50, 99, 99.9])
-        med[f"e2e_{mode.replace(', ', '_')}_ms"] = [p50, p99, p999]
-        print(f"  end-to-end at 1,000 rec/s, {mode:12s}  p50 {p50:.2f} ms  p99 {p99:.2f} ms  p99.9 {p999:.2f} ms "
-              f"({len(samples)} samples)")
+    latency_runs = {}
+    for mode, per_run in latency.items():
+        # Each run's percentiles, then the median of each across runs (with its min and max).
+        cuts = [np.percentile(samples, [50, 99, 99.9]).tolist() for samples in per_run]
+        p50, p99, p999 = (statistics.median(c[i] for c in cuts) for i in range(3))
+        key = f"e2e_{mode.replace(', ', '_')}_ms"
+        med[key] = [p50, p99, p999]
+        latency_runs[key] = cuts
+        spread = "  ".join(f"{min(c[i] for c in cuts):.2f}-{max(c[i] for c in cuts):.2f}" for i in range(3))
+        print(f"  end-to-end at 1,000 rec/s, {mode:14s} p50 {p50:.2f} ms  p99 {p99:.2f} ms  p99.9 {p999:.2f} ms "
+              f"(median of {len(cuts)} runs of {len(per_run[0])} samples; ranges {spread})")
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
     (out / "client.json").write_text(json.dumps(
-        {"median": med, "runs": rates, "driver_cpu_us_per_record": cpu, "queue": queue_rates}, indent=2))
+        {"median": med, "runs": rates, "driver_cpu_us_per_record": cpu, "queue": queue_rates,
+         "latency_runs_ms": latency_runs}, indent=2))
     return med
 
 
