@@ -12,7 +12,7 @@ export RAY_USAGE_STATS_ENABLED := 0
 CHAOS_MINUTES ?= 30
 SOAK_MINUTES ?= 60
 
-.PHONY: venv jar test test-unit demo bench chaos soak lock clean
+.PHONY: venv jar test test-unit demo bench bench-quick peers chaos soak lock clean
 
 venv: $(STAMP)
 
@@ -47,13 +47,21 @@ test-unit: $(STAMP) $(JAR)
 demo: $(STAMP) $(JAR)
 	$(PY) -m bench.demo
 
-bench: $(STAMP) $(JAR)
-	$(PY) -m bench.storage_bench
-	$(PY) -m bench.client_bench
-	$(PY) -m bench.replication_bench
-	$(PY) -m bench.groups_bench
-	$(PY) -m bench.spark_bench
-	$(PY) -m bench.partitions_bench
+# The benchmark suite (bench/__main__.py): Kafka's table, the peers beside raylog in the same run,
+# throughput over stored data, each area's script, then the plots. Peers' servers come from Debian's
+# packages (root or sudo; without them those peers are skipped with a line saying so).
+bench: $(STAMP) $(JAR) peers
+	$(PY) -m bench
+
+bench-quick: $(STAMP) $(JAR) peers
+	$(PY) -m bench --quick
+
+peers:
+	@command -v redis-server >/dev/null && command -v nats-server >/dev/null || { \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get install -y -q redis-server nats-server >/dev/null 2>&1 || \
+	  { $$SUDO apt-get update -q >/dev/null 2>&1 && $$SUDO apt-get install -y -q redis-server nats-server >/dev/null 2>&1; } || \
+	  echo "could not install redis-server and nats-server: the bench will skip those peers"; }
 
 # Jepsen-style: seeded faults on a simulated cluster under producers, a consumer group and a Spark
 # stream; every operation checked. Writes bench/results/chaos.json; fails on any anomaly.

@@ -132,6 +132,7 @@ class PartitionReplica:
                       log_end_offset=self.log.log_end_offset, ms=round((time.monotonic() - opening) * 1000, 1))
         self.log.sync_rolled_later = True
         self.log.cleaner.dedupe_buffer_bytes = self.cluster.log_cleaner_dedupe_buffer_size
+        self.log.page_cache_window_bytes = self.cluster.log_page_cache_window_bytes
         self.epochs = LeaderEpochCache(self.log.directory)
         if self.epochs.latest_epoch() == UNDEFINED_EPOCH and self.log.log_end_offset > self.log.log_start_offset:
             self._rebuild_epochs()

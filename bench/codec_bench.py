@@ -16,6 +16,7 @@ import json
 import random
 import statistics
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -47,11 +48,12 @@ def median_s(fn, runs: int) -> float:
     return statistics.median(times)
 
 
-def main() -> None:
+def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=25)
-    parser.add_argument("--json", help="write the results here too")
-    args = parser.parse_args()
+    parser.add_argument("--json", default=str(Path(__file__).parent / "results" / "codec_bench.json"),
+                        help="where the results go (default bench/results/codec_bench.json)")
+    args = parser.parse_args(argv)
     keys, values = records()
     key_col = payload.BinaryColumn.from_pylist(keys)
     value_col = payload.BinaryColumn.from_pylist(values)

@@ -29,6 +29,7 @@ import statistics
 import tempfile
 import time
 import uuid
+from pathlib import Path
 
 
 def timed(fn) -> tuple[float, object]:
@@ -37,15 +38,16 @@ def timed(fn) -> tuple[float, object]:
     return time.monotonic() - t, out
 
 
-def main() -> None:
+def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=5_000_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--cores", type=int, default=2)
-    parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--json", default=str(Path(__file__).parent / "results" / "spark_bench.json"),
+                        help="where the results go (default bench/results/spark_bench.json)")
     parser.add_argument("--profile", action="store_true", help="print each raylog read's scan metrics")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     import ray
 

@@ -324,6 +324,12 @@ class ClusterConfig:
     """Bound, per replica, on the key map of one compaction round (key bytes plus ~100 bytes per
     key); a round maps as much of the dirty log as fits and the next round goes on from there.
     Kafka: 128 MiB shared by its cleaner threads; every raylog replica is its own process."""
+    log_page_cache_window_bytes: int = 256 * 1024 * 1024
+    """How much of each partition's newest data a replica leaves in the page cache: older bytes of
+    the active segment are written back as they age and dropped from the cache (drop-behind), so a
+    growing log does not grow the page cache with it; readers further behind read from disk. On
+    this project's VMs page cache in fresh memory cost 6x more kernel time per GiB and made one
+    producer's rate fall 35% by 10 GB (docs/performance.md). 0: leave it all to the kernel, as Kafka does."""
     replica_heartbeat_interval_ms: int = 2_000
     """How often each replica heartbeats the controller, renewing its lease (the controller pings
     the group coordinators as often). Kafka: broker.heartbeat.interval.ms, 2 s."""
@@ -358,6 +364,7 @@ class ClusterConfig:
         _check_int(self, "replica_reassign_after_ms", -1)
         _check_int(self, "offsets_topic_num_partitions", 1)
         _check_int(self, "log_cleaner_dedupe_buffer_size", 1024)
+        _check_int(self, "log_page_cache_window_bytes", 0)
         _check_int(self, "replica_heartbeat_interval_ms", 10)
         _check_int(self, "replica_session_timeout_ms", 100)
         _check(self.auto_create_topics_enable in (None, True, False),

@@ -127,6 +127,11 @@ class PartitionLog:
         self._last_flush_ms = clock()
         self._closed = False
         self._cleaner = None
+        self._cached_tail: Segment | None = None
+        self.page_cache_window_bytes = 0
+        """Each active segment keeps about this many of its newest bytes in the page cache and drops
+        older ones once written back (page_cache.py); 0: the kernel decides. Replicas set
+        ClusterConfig.log_page_cache_window_bytes."""
         self.generation = 0
         """Even while the files readers may hold are stable; odd while a truncation, segment
         deletion or compaction swap changes them (bumped before and after each). Readers of the
@@ -228,7 +233,12 @@ class PartitionLog:
         count = sum(i.record_count for i in infos)
         try:
             self._maybe_roll(len(buf), last.last_offset, max(i.max_timestamp for i in infos))
+            if self.page_cache_window_bytes:
+                self.active.keep_in_page_cache(self.page_cache_window_bytes)
             self.active.append(buf, infos, leader_epoch)
+            if self._cached_tail is not None and self.active.size >= self.page_cache_window_bytes:
+                self._cached_tail.drop_from_page_cache()
+                self._cached_tail = None
             self._unflushed_messages += count
             try:
                 self._maybe_flush()
@@ -278,6 +288,7 @@ class PartitionLog:
             raise
         self.segments.append(seg)
         self._bases.append(seg.base_offset)
+        self._cached_tail = old
         self._unsynced.append(old)
         self._active_synced_to = seg.base_offset
         self.stats.segments_rolled += 1

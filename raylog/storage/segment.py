@@ -44,6 +44,7 @@ from raylog.storage.batch import (
     HEADER_SIZE, LAST_OFFSET_DELTA_POS, LOG_OVERHEAD, MAX_TIMESTAMP_POS, BatchInfo, RecordBatch, peek_length,
 )
 from raylog.storage.offset_index import OffsetIndex
+from raylog.storage.page_cache import DropBehind
 from raylog.storage.time_index import TimeIndex
 
 _INT32 = struct.Struct(">i")
@@ -87,6 +88,7 @@ class Segment:
         self.offset_of_max_timestamp = base_offset
         self.first_batch_timestamp: int | None = None
         self._bytes_since_index_entry = 0
+        self._drop_behind: DropBehind | None = None
 
     # --- opening ---------------------------------------------------------------
 
@@ -256,7 +258,28 @@ class Segment:
         for info in infos:
             self._track(BatchInfo(position + info.position, info.size, info.base_offset,
                                   info.last_offset, info.max_timestamp, info.record_count))
+        if self._drop_behind is not None and not self._drop_behind.advance(end):
+            # sync_file_range may have been the one call the kernel reports a write-back error to.
+            self.sync_failed = True
+            self._drop_behind = None
         return position
+
+    def drop_from_page_cache(self) -> None:
+        """After a roll, once the next segment holds a page-cache window of its own: the rest of
+        this one leaves the cache too (a no-op without drop-behind, or once the files are closed)."""
+        if self._drop_behind is not None and self._fd >= 0:
+            if not self._drop_behind.drop_all(self.size):
+                self.sync_failed = True
+            self._drop_behind = None
+
+    def keep_in_page_cache(self, window: int) -> None:
+        """Leave only about the newest ``window`` bytes of this segment's data in the page cache
+        as it is appended to (page_cache.py); 0 leaves it all to the kernel."""
+        if window <= 0:
+            self._drop_behind = None
+        elif self._drop_behind is None or self._drop_behind.window != window:
+            self._drop_behind = DropBehind(self._fd, window)
+            self._drop_behind.submitted = self._drop_behind.dropped = self.size
 
     def _discard_from(self, position: int) -> None:
         """Drop whatever a failed write left at and after ``position`` (frees its blocks too)."""
