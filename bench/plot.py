@@ -1,7 +1,7 @@
 """Draw the suite's PNGs under bench/results/ from its JSON; a plot whose JSON is missing is
 skipped with a line saying so.
 
-    python -m bench.plot [--results bench/results]
+    python -m bench.plot [--results bench/results] [--markdown]
 """
 
 from __future__ import annotations
@@ -154,10 +154,61 @@ def spark(plt, results: Path) -> None:
     _save(fig, results, "spark.png")
 
 
+def markdown(results: Path) -> str:
+    """The README's table: Kafka's rows, the peers and row 10, from the JSON."""
+    from bench.kafka_table import LABELS
+
+    lines = ["| row | raylog | min-max | Kafka (published) | raylog/Kafka |", "|---|---:|---:|---:|---:|"]
+    data = json.loads((results / "kafka.json").read_text()) if (results / "kafka.json").exists() else None
+    if data:
+        rows, kafka = data["rows"], data["kafka"]
+        for row, label in LABELS.items():
+            if row not in rows:
+                continue
+            sides = [("", rows[row])] if row != "7" else [(": producer", rows[row]["producer"]),
+                                                          (": consumer", rows[row]["consumer"])]
+            for suffix, r in sides:
+                lines.append(f"| {row}. {label}{suffix} | {r['median']:,.0f} rec/s | {r['min']:,.0f}-{r['max']:,.0f} | "
+                             f"{kafka[row]:,} | {r['median'] / kafka[row]:.2f}x |")
+        for size, r in rows.get("8", {}).items():
+            lines.append(f"| 8. record size {int(size):,} B | {r['median']:,.0f} rec/s ({r['mb_per_s']:.0f} MB/s) | "
+                         f"{r['min']:,.0f}-{r['max']:,.0f} | | |")
+        for mode, r in rows.get("9", {}).items():
+            p50, p99, p999 = r["p50_p99_p999_ms"]
+            lines.append(f"| 9. end-to-end latency, {mode} (p50 / p99 / p99.9) | {p50:.2f} / {p99:.2f} / {p999:.2f} ms "
+                         f"| | 2 / 3 / 14 ms | |")
+    stored = results / "stored_data.json"
+    if stored.exists():
+        d = json.loads(stored.read_text())
+        lines.append(f"| 10. one producer while the log grows to {d['samples'][-1]['stored_gb']:.0f} GB | "
+                     f"{d['last_rate']:,.0f} rec/s at the end | first {d['first_rate']:,.0f} | flat | "
+                     f"{d['ratio']:.2f}x of its start |")
+    peers_path = results / "peers.json"
+    if peers_path.exists():
+        p = json.loads(peers_path.read_text())
+        ours = p["rates"]["raylog"]
+        lines += ["", f"Peers, {p['records']:,} records of 100 bytes, one producer then one consumer, "
+                      f"median of {p['runs']}:", "",
+                  "| system | produce rec/s | consume rec/s | raylog is | how it was driven |",
+                  "|---|---:|---:|---:|---|"]
+        for name, r in p["rates"].items():
+            ratio = "" if name == "raylog" else (f"{ours['produce']['median'] / r['produce']['median']:.1f}x / "
+                                                 f"{ours['consume']['median'] / r['consume']['median']:.1f}x")
+            lines.append(f"| {name} | {r['produce']['median']:,.0f} | {r['consume']['median']:,.0f} | {ratio} | "
+                         f"{p['setups'][name]} |")
+        for name, why in p.get("skipped", {}).items():
+            lines.append(f"| {name} | skipped | | | {why} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--markdown", action="store_true", help="print the README's tables instead")
     args = parser.parse_args(argv)
+    if args.markdown:
+        print(markdown(args.results))
+        return
     import matplotlib
 
     matplotlib.use("Agg")

@@ -10,6 +10,7 @@ last fifth of the samples over the first fifth when the fill takes under five mi
 
     python -m bench.stored_data [--gb 10] [--every 5]
     python -m bench.stored_data --gb 50      # needs ~55 GB free under --dir
+    python -m bench.stored_data --page-cache-probe 8   # the kernel's cost per GiB, with and without drop-behind
 """
 
 from __future__ import annotations
@@ -163,13 +164,49 @@ def run(gb: float, every_s: float, partitions: int = 6, directory: str | None = 
     return result
 
 
+def page_cache_probe(gib: int, directory: str | None = None) -> dict:
+    """The cost under row 10, without Ray: one file written 1 MiB at a time, ``gib`` GiB, first
+    leaving the page cache to the kernel, then with drop-behind (page_cache.py, a 256 MiB window);
+    the machine's kernel CPU seconds and wall seconds per GiB, GiB by GiB."""
+    from raylog.storage.page_cache import DropBehind
+
+    chunk = os.urandom(1 << 20)
+    out: dict[str, list[dict]] = {}
+    for mode in ("kernel decides", "drop-behind"):
+        fd, path = tempfile.mkstemp(prefix="raylog-page-cache-probe-", dir=directory)
+        drop = DropBehind(fd, 256 << 20) if mode == "drop-behind" else None
+        rows = out[mode] = []
+        position = 0
+        try:
+            for _ in range(gib):
+                before, wall = system_cpu_s(), time.perf_counter()
+                for _ in range(1024):
+                    os.pwrite(fd, chunk, position)
+                    position += len(chunk)
+                    if drop is not None:
+                        drop.advance(position)
+                after = system_cpu_s()
+                rows.append({"wall_s": time.perf_counter() - wall, "system_s": after["system"] - before["system"],
+                             "cached_gib": meminfo_mb()["cached_mb"] / 1024})
+                print(f"  {mode:15s} GiB {len(rows):3d}: {rows[-1]['wall_s']:.2f} s, kernel CPU "
+                      f"{rows[-1]['system_s']:.2f} s, page cache {rows[-1]['cached_gib']:.1f} GiB", flush=True)
+        finally:
+            os.close(fd)
+            os.unlink(path)
+    return out
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gb", type=float, default=10.0)
     parser.add_argument("--every", type=float, default=5.0)
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--dir", default=None, help="where the log lives (default: the temp directory)")
+    parser.add_argument("--page-cache-probe", type=int, metavar="GIB",
+                        help="instead: write GIB GiB to one file with and without drop-behind, no Ray")
     args = parser.parse_args(argv)
+    if args.page_cache_probe:
+        return page_cache_probe(args.page_cache_probe, args.dir)
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     return run(args.gb, args.every, args.partitions, args.dir)
 
