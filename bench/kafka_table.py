@@ -111,15 +111,18 @@ class GroupMember:
         return sorted(tp.partition for tp in self.consumer.assignment())
 
     def consume(self) -> tuple[float, float, int]:
-        """From the start of what it owns to the end offsets as of now: (start, end, records)."""
-        owned = list(self.consumer.assignment())
+        """From the start of what it owns to the end offsets as of now: (start, end, records), or
+        records -1 if the group moved a partition meanwhile (the caller measures again)."""
+        owned = set(self.consumer.assignment())
         self.consumer.seek_to_beginning(*owned)
-        ends = self.consumer.end_offsets(owned)
+        ends = self.consumer.end_offsets(list(owned))
         n = 0
         start = time.time()
         while any(self.consumer.position(tp) < ends[tp] for tp in owned):
             for chunk in self.consumer.poll_batch(timeout_ms=1000):
                 n += len(chunk)
+            if self.consumer.assignment() != owned:
+                return start, time.time(), -1
         return start, time.time(), n
 
     def close(self) -> None:
@@ -133,13 +136,24 @@ def group_rate(topic: str, members: int, records: int) -> float:
     actors = [GroupMember.remote(topic, group) for _ in range(members)]
     try:
         deadline = time.monotonic() + 120
-        while True:
-            owned = ray.get([a.join.remote() for a in actors])
-            if sorted(p for ps in owned for p in ps) == list(range(PARTITIONS)) and all(owned):
+        for _attempt in range(3):
+            # Settled: every partition owned, as evenly as the assignor spreads them, twice in a row
+            # (a group between two assignments can cover every partition unevenly for a moment).
+            previous = None
+            while True:
+                owned = ray.get([a.join.remote() for a in actors])
+                sizes = [len(ps) for ps in owned]
+                if (sorted(p for ps in owned for p in ps) == list(range(PARTITIONS))
+                        and max(sizes) - min(sizes) <= 1 and owned == previous):
+                    break
+                previous = owned
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the group did not settle: {owned}")
+            spans = ray.get([a.consume.remote() for a in actors])
+            if all(n >= 0 for _, _, n in spans):
                 break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the group did not settle: {owned}")
-        spans = ray.get([a.consume.remote() for a in actors])
+        else:
+            raise RuntimeError("the group moved partitions during each of 3 measurements")
         if sum(n for _, _, n in spans) < records:
             raise RuntimeError(f"the group read {sum(n for _, _, n in spans):,} of {records:,} records")
         return records / (max(e for _, e, _ in spans) - min(s for s, _, _ in spans))

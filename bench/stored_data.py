@@ -8,7 +8,7 @@ what tell a fall's cause apart (dirty-page writeback, segment rolls, index growt
 a process's growing memory). The verdict is the last minute's rate over the first minute's (the
 last fifth of the samples over the first fifth when the fill takes under five minutes).
 
-    python -m bench.stored_data [--gb 10] [--every 5]
+    python -m bench.stored_data [--gb 10] [--every 2]
     python -m bench.stored_data --gb 50      # needs ~55 GB free under --dir
     python -m bench.stored_data --page-cache-probe 8   # the kernel's cost per GiB, with and without drop-behind
 """
@@ -199,7 +199,7 @@ def page_cache_probe(gib: int, directory: str | None = None) -> dict:
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gb", type=float, default=10.0)
-    parser.add_argument("--every", type=float, default=5.0)
+    parser.add_argument("--every", type=float, default=2.0)
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--dir", default=None, help="where the log lives (default: the temp directory)")
     parser.add_argument("--page-cache-probe", type=int, metavar="GIB",

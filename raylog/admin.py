@@ -15,7 +15,7 @@ from raylog import ray_calls, topic_configs
 from raylog.config import AdminConfig, TopicConfig, client_config, split_topic_configs
 from raylog.errors import (
     GroupIdNotFoundError, InvalidConfigError, InvalidGroupIdError, InvalidOffsetError, RaylogError,
-    InvalidPartitionError, ReplicaNotAvailableError,
+    InvalidPartitionError, KafkaTimeoutError, ReplicaNotAvailableError,
     TopicCreationIncompleteError, UnknownTopicOrPartitionError,
 )
 from raylog.naming import is_count, validate_topic_name, validate_topic_shape
@@ -30,6 +30,10 @@ _NO_CONFIGS: Mapping[str, Any] = MappingProxyType({})
 
 PROGRESS_INTERVAL_S = 0.5
 """How often a waiting create_topics asks the controller how many replicas have started."""
+CONTROLLER_SILENCE_TIMEOUTS = 4
+"""How many request timeouts a waiting create_topics lets one progress question go unanswered
+before it gives up with KafkaTimeoutError: while 256 replica processes start on two cores the
+controller has taken over 30 s (one default timeout) to answer."""
 
 
 @dataclass(frozen=True)
@@ -136,24 +140,37 @@ class AdminClient:
         return self.create_topics([NewTopic(name, num_partitions, replication_factor, topic_configs)], progress=progress)[0]
 
     def _await_creation(self, ref, name: str, progress: Callable[[str, int, int], None] | None):
-        """The controller's answer to a creation, waited for while replicas keep starting: after
-        request_timeout_ms without one more, TopicCreationIncompleteError (the controller goes on)."""
+        """The controller's answer to a creation, waited for while replicas keep starting: when the
+        controller says no more started for request_timeout_ms, TopicCreationIncompleteError (the
+        controller goes on). A controller too busy to answer at once (hundreds of replica processes
+        starting on two cores) is asked again, and given CONTROLLER_SILENCE_TIMEOUTS timeouts."""
         started, changed_at, report = -1, time.monotonic(), None
+        asked, asked_at = None, 0.0
         while True:
             ready, _ = ray.wait([ref], timeout=PROGRESS_INTERVAL_S)
             if ready:
                 return self._call(ref)
+            now = time.monotonic()
+            if asked is None:
+                asked, asked_at = self._controller.creation_progress.remote(name), now
+            if not ray.wait([asked], timeout=0)[0]:
+                if now - asked_at > CONTROLLER_SILENCE_TIMEOUTS * self._timeout_s:
+                    raise KafkaTimeoutError(
+                        f"topic {name!r}: the controller did not answer for {now - asked_at:.0f} s while its "
+                        "replicas started; it goes on creating it, and creating the topic again waits for the rest")
+                continue
             try:
-                report = self._call(self._controller.creation_progress.remote(name))
+                report = self._call(asked)
             except UnknownTopicOrPartitionError:
                 report = None  # not recorded yet: validation and placement are still running
-            now = time.monotonic()
+            asked = None
             if report is not None and report["total"]:
                 if progress is not None:
                     progress(name, report["started"], report["total"])
                 if report["started"] != started:
-                    started, changed_at = report["started"], now
-            if now - changed_at > self._timeout_s:
+                    started, changed_at = report["started"], asked_at
+            # Judged on answers only: a slow answer is not a replica that failed to start.
+            if asked_at - changed_at > self._timeout_s:
                 missing = report["missing"] if report else []
                 raise TopicCreationIncompleteError(
                     f"topic {name!r}: no replica started within request_timeout_ms={self._timeout_s * 1000:.0f} "

@@ -1,11 +1,13 @@
 """Many partitions: a 64-partition topic created with the default request timeout and used; the
 controller and replicas answer other calls while a big creation or a big compaction runs; a
+creation waits out a controller too busy to answer for longer than a request timeout; a
 creation that fails part-way is reported incomplete and finished by creating it again."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import threading
 import time
 
@@ -102,6 +104,41 @@ def test_a_fetch_is_answered_while_a_large_compaction_round_runs(cluster):
     consumer.close()
     assert len(latest) == 120_001 and latest[b"key-119999"] == values[-1], "each key's last record survives"
     producer.close()
+
+
+def test_a_creation_waits_out_a_controller_that_answers_nothing_for_longer_than_a_request_timeout(cluster):
+    """Hundreds of replica processes starting on two cores starved the controller for over 30 s
+    (one default request timeout): creation must not take a late answer for a failure."""
+    import ray
+
+    controller_pid = ray.get(cluster.controller.ping.remote(), timeout=30)
+    admin = cluster.admin(request_timeout_ms=1500)
+    created: dict = {}
+
+    def create():
+        try:
+            created["description"] = admin.create_topic("while-paused", 2)
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            created["error"] = exc
+
+    os.kill(controller_pid, signal.SIGSTOP)
+    try:
+        thread = threading.Thread(target=create)
+        thread.start()
+        time.sleep(4.5)  # three request timeouts without an answer
+        assert thread.is_alive(), f"creation gave up while the controller was paused: {created}"
+    finally:
+        os.kill(controller_pid, signal.SIGCONT)
+    thread.join(timeout=120)
+    assert "error" not in created, created.get("error")
+    assert len(created["description"].partitions) == 2
+    producer = cluster.producer()
+    producer.send_batch("while-paused", [b"a", b"b"], partition=[0, 1]).wait(timeout=60)
+    consumer = cluster.consumer("while-paused", auto_offset_reset="earliest")
+    assert sorted(r.value for r in consume_all(consumer, 2)) == [b"a", b"b"]
+    consumer.close()
+    producer.close()
+    admin.delete_topics(["while-paused"])
 
 
 def test_a_creation_that_fails_part_way_is_reported_incomplete_and_a_retry_finishes_it(cluster, data_root):
