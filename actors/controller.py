@@ -45,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import time
 import uuid
 
@@ -83,6 +84,8 @@ segments (offsets.topic.segment.bytes); commits are written with acks='all', and
 min_insync_replicas follows the replication factor as for any topic (2 with 3 replicas)."""
 ATTACH_RETRY_S = 1.0
 """How long the controller waits before asking a replica it could not reach whether it is back."""
+_TOPIC_ID = re.compile(r"[0-9a-f]{32}")
+"""What a caller-picked topic id may be: it names the partition directories, so nothing else."""
 
 logger = get_logger(__name__)
 
@@ -665,21 +668,28 @@ class Controller:
         return [[(n, placement_nodes.node_data_dir(self.config.data_root, n)) for n in nodes] for nodes in plan]
 
     async def create_topic(self, name: str, num_partitions: int = 1, replication_factor: int = 1,
-                           config: dict | None = None, internal: bool = False) -> TopicDescription:
+                           config: dict | None = None, internal: bool = False,
+                           topic_id: str | None = None) -> TopicDescription:
+        """``topic_id`` (32 hex digits), when the caller picks it, makes the call idempotent: Ray
+        runs a call again on a restarted controller, and the topic it finds with that id is this
+        creation's own, finished rather than refused."""
         validate_topic_name(name)
         validate_topic_shape(num_partitions, replication_factor)
         config = args.mapping("config", config or {})
         if not isinstance(internal, bool):
             raise InvalidRequestError(f"internal must be a bool, got {internal!r}")
+        if topic_id is not None and not (isinstance(topic_id, str) and _TOPIC_ID.fullmatch(topic_id)):
+            raise InvalidRequestError(f"topic_id must be 32 lowercase hex digits, got {topic_id!r}")
         await self._ensure_started()
         if name in INTERNAL_TOPICS and not internal:
             raise InvalidTopicError(f"topic name {name!r} is reserved for raylog's internal use")
         existing = self.state.topics.get(name)
-        if existing is not None and name in self._creating and len(existing.partitions) == num_partitions \
+        retried = existing is not None and (name in self._creating or existing.topic_id == topic_id)
+        if retried and len(existing.partitions) == num_partitions \
                 and len(existing.partitions[0]["replicas"]) == replication_factor:
-            # A retry of a creation that stopped part-way: start what is missing (Kafka would say
-            # TopicAlreadyExists, but a topic with partitions that never started is not usable).
-            # Replicas whose actor died starting (a constructor that raised) are made again.
+            # A retry of a creation that stopped part-way, or of this very call: start what is
+            # missing (Kafka would say TopicAlreadyExists, but a topic with partitions that never
+            # started is not usable). Replicas whose actor died starting are made again.
             for p, part in enumerate(existing.partitions):
                 for r in part["replicas"]:
                     key = self._key(existing, p, r["replica_id"])
@@ -689,7 +699,7 @@ class Controller:
             return self._describe(existing)
         await self._refresh_nodes()
         records, _ = self.state.create_topic(name, num_partitions, replication_factor, config or {},
-                                             uuid.uuid4().hex, self._placement)
+                                             topic_id or uuid.uuid4().hex, self._placement)
         self._commit(records)
         topic = self.state.topic(name)
         await self._start_partitions(topic, range(num_partitions))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from dataclasses import dataclass, field
 from enum import IntEnum
 from types import MappingProxyType
@@ -111,8 +112,10 @@ class AdminClient:
         created = []
         for t in topics:
             try:
+                # The topic id is picked here so that Ray's rerun of this call on a restarted
+                # controller finishes this creation instead of refusing it as a duplicate.
                 ref = self._controller.create_topic.remote(t.name, t.num_partitions, t.replication_factor,
-                                                           dict(t.topic_configs))
+                                                           dict(t.topic_configs), topic_id=uuid.uuid4().hex)
                 created.append(self._await_creation(ref, t.name, progress))
             except RaylogError:
                 if raise_errors:

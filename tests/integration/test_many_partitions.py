@@ -1,7 +1,7 @@
 """Many partitions: a 64-partition topic created with the default request timeout and used; the
 controller and replicas answer other calls while a big creation or a big compaction runs; a
-creation waits out a controller too busy to answer for longer than a request timeout; a
-creation that fails part-way is reported incomplete and finished by creating it again."""
+creation waits out a controller too busy to answer for longer than a request timeout, and
+finishes through the controller's restart; a creation that fails part-way is reported incomplete and finished by creating it again."""
 
 from __future__ import annotations
 
@@ -139,6 +139,45 @@ def test_a_creation_waits_out_a_controller_that_answers_nothing_for_longer_than_
     consumer.close()
     producer.close()
     admin.delete_topics(["while-paused"])
+
+
+def test_a_creation_finishes_when_its_controller_is_killed_and_restarted_part_way(cluster):
+    """Ray runs the creation again on the restarted controller, which finds the topic recorded:
+    the same creation, finished, not TopicAlreadyExistsError."""
+    import ray
+
+    controller_pid = ray.get(cluster.controller.ping.remote(), timeout=30)
+    admin = cluster.admin()
+    created: dict = {}
+
+    def create():
+        try:
+            created["description"] = admin.create_topic("restarted-mid", 8)
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            created["error"] = exc
+
+    thread = threading.Thread(target=create)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while True:  # killed once the topic is recorded and its replicas are still starting
+        progress = ray.get(cluster.controller.creation_progress.remote("restarted-mid"), timeout=30) \
+            if "restarted-mid" in admin.list_topics() else {"done": True, "total": 0}
+        if progress["total"] and not progress["done"]:
+            break
+        assert thread.is_alive() and time.monotonic() < deadline, f"the creation ended first: {created}"
+        time.sleep(0.05)
+    os.kill(controller_pid, signal.SIGKILL)
+    thread.join(timeout=180)
+    assert "error" not in created, created.get("error")
+    assert len(created["description"].partitions) == 8
+    assert ray.get(cluster.controller.ping.remote(), timeout=60) != controller_pid
+    producer = cluster.producer()
+    producer.send_batch("restarted-mid", [b"%d" % p for p in range(8)], partition=list(range(8))).wait(timeout=60)
+    consumer = cluster.consumer("restarted-mid", auto_offset_reset="earliest")
+    assert sorted(r.value for r in consume_all(consumer, 8)) == sorted(b"%d" % p for p in range(8))
+    consumer.close()
+    producer.close()
+    admin.delete_topics(["restarted-mid"])
 
 
 def test_a_creation_that_fails_part_way_is_reported_incomplete_and_a_retry_finishes_it(cluster, data_root):

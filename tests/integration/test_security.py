@@ -21,7 +21,7 @@ import hypothesis.strategies as st
 import pytest
 import ray
 
-from raylog.errors import InvalidTopicError, RaylogError
+from raylog.errors import InvalidRequestError, InvalidTopicError, RaylogError
 from raylog.naming import CONTROLLER_ACTOR_NAME
 
 pytestmark = pytest.mark.ray
@@ -35,6 +35,21 @@ names = st.one_of(
 
 def files_under(path: Path) -> set[str]:
     return {str(p) for p in path.rglob("*")}
+
+
+@pytest.mark.parametrize("topic_id", ["../../../tmp/escape0123456789abcdef", "0" * 31, "0" * 33, "A" * 32,
+                                      "0123456789abcdef/123456789abcdef", 12345, b"0" * 32])
+def test_a_topic_id_that_is_not_32_hex_digits_is_refused_and_creates_nothing(cluster, data_root, topic_id):
+    """The caller picks the topic id (so a rerun of the call is idempotent) and it names the partition
+    directories: anything but 32 lowercase hex digits is refused before a path is made."""
+    controller = ray.get_actor(CONTROLLER_ACTOR_NAME, namespace="raylog")
+    outside = data_root.parent
+    before = files_under(outside) - files_under(data_root)
+    with pytest.raises(ray.exceptions.RayTaskError) as info:
+        ray.get(controller.create_topic.remote("id-checked", 1, 1, {}, topic_id=topic_id))
+    assert isinstance(info.value.cause, InvalidRequestError), info.value
+    assert "id-checked" not in cluster.admin().list_topics()
+    assert files_under(outside) - files_under(data_root) == before
 
 
 def test_topic_names_never_reach_a_path_outside_the_data_directory(cluster, data_root, seed):
