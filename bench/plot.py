@@ -180,7 +180,7 @@ def markdown(results: Path) -> str:
     stored = results / "stored_data.json"
     if stored.exists():
         d = json.loads(stored.read_text())
-        lines.append(f"| 10. one producer while the log grows to {d['samples'][-1]['stored_gb']:.0f} GB | "
+        lines.append(f"| 10. one producer while the log grows to {d['samples'][-1]['stored_gb']:.1f} GB | "
                      f"{d['last_rate']:,.0f} rec/s at the end | first {d['first_rate']:,.0f} | flat | "
                      f"{d['ratio']:.2f}x of its start |")
     peers_path = results / "peers.json"
