@@ -19,6 +19,21 @@ from raylog.errors import TopicCreationIncompleteError
 from tests.support.topics import consume_all, fresh_topic
 
 
+def create_in_background(admin, name: str, partitions: int, **kwargs) -> tuple[threading.Thread, dict]:
+    """create_topic on a thread; the dict gets its "description" or its "error"."""
+    created: dict = {}
+
+    def create():
+        try:
+            created["description"] = admin.create_topic(name, partitions, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - reported by the caller's assertion
+            created["error"] = exc
+
+    thread = threading.Thread(target=create)
+    thread.start()
+    return thread, created
+
+
 def test_a_64_partition_topic_is_created_with_the_default_timeout_while_other_calls_are_answered(cluster):
     assert cluster.config.request_timeout_ms == ClusterConfig().request_timeout_ms
     admin = cluster.admin()
@@ -29,18 +44,9 @@ def test_a_64_partition_topic_is_created_with_the_default_timeout_while_other_ca
     assert [r.value for r in consume_all(consumer, 1)] == [b"before"]
 
     progress: list[tuple[int, int]] = []
-    created: dict = {}
-
-    def create():
-        try:
-            created["description"] = admin.create_topic(
-                "wide", 64, progress=lambda _name, started, total: progress.append((started, total)))
-        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
-            created["error"] = exc
-
-    thread = threading.Thread(target=create)
     start = time.monotonic()
-    thread.start()
+    thread, created = create_in_background(
+        admin, "wide", 64, progress=lambda _name, started, total: progress.append((started, total)))
     answered = []
     while thread.is_alive() and len(answered) < 5:
         time.sleep(0.5)
@@ -113,18 +119,9 @@ def test_a_creation_waits_out_a_controller_that_answers_nothing_for_longer_than_
 
     controller_pid = ray.get(cluster.controller.ping.remote(), timeout=30)
     admin = cluster.admin(request_timeout_ms=1500)
-    created: dict = {}
-
-    def create():
-        try:
-            created["description"] = admin.create_topic("while-paused", 2)
-        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
-            created["error"] = exc
-
     os.kill(controller_pid, signal.SIGSTOP)
     try:
-        thread = threading.Thread(target=create)
-        thread.start()
+        thread, created = create_in_background(admin, "while-paused", 2)
         time.sleep(4.5)  # three request timeouts without an answer
         assert thread.is_alive(), f"creation gave up while the controller was paused: {created}"
     finally:
@@ -148,16 +145,7 @@ def test_a_creation_finishes_when_its_controller_is_killed_and_restarted_part_wa
 
     controller_pid = ray.get(cluster.controller.ping.remote(), timeout=30)
     admin = cluster.admin()
-    created: dict = {}
-
-    def create():
-        try:
-            created["description"] = admin.create_topic("restarted-mid", 8)
-        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
-            created["error"] = exc
-
-    thread = threading.Thread(target=create)
-    thread.start()
+    thread, created = create_in_background(admin, "restarted-mid", 8)
     deadline = time.monotonic() + 60
     while True:  # killed once the topic is recorded and its replicas are still starting
         progress = ray.get(cluster.controller.creation_progress.remote("restarted-mid"), timeout=30) \
