@@ -177,21 +177,9 @@ class RayQueue(Peer):
         super().__init__("ray.util.queue", "put_nowait_batch / get_nowait_batch of 100,000 (in memory, not durable)")
 
     def _measure(self, values: list[bytes]) -> Rates:
-        from ray.util.queue import Queue
+        from bench.client_bench import ray_queue_baseline
 
-        q = Queue(maxsize=0)
-        q.size()  # the queue's actor has started: raylog's runs do not count starting its replicas either
-        start = time.perf_counter()
-        for i in range(0, len(values), self.CHUNK):
-            q.put_nowait_batch(values[i:i + self.CHUNK])
-        produce = len(values) / (time.perf_counter() - start)
-        n = 0
-        start = time.perf_counter()
-        while n < len(values):
-            n += len(q.get_nowait_batch(min(self.CHUNK, len(values) - n)))
-        consume = n / (time.perf_counter() - start)
-        q.shutdown()
-        return Rates(produce, consume)
+        return Rates(*ray_queue_baseline(values, self.CHUNK))
 
 
 def all_peers() -> list[Peer]:

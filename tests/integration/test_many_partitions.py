@@ -1,7 +1,8 @@
 """Many partitions: a 64-partition topic created with the default request timeout and used; the
 controller and replicas answer other calls while a big creation or a big compaction runs; a
 creation waits out a controller too busy to answer for longer than a request timeout, and
-finishes through the controller's restart; a creation that fails part-way is reported incomplete and finished by creating it again."""
+finishes through the controller's restart; a creation that fails part-way is reported
+incomplete and finished by creating it again."""
 
 from __future__ import annotations
 
