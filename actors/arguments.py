@@ -38,10 +38,11 @@ def optional_integer(name: str, value: Any, low: int, high: int = INT64_MAX) -> 
 
 
 def one_of(name: str, value: Any, allowed: tuple) -> Any:
-    """One of ``allowed`` (a numpy integer compares as an int; a bool never matches)."""
+    """One of ``allowed``, of the same plain type (a numpy integer is taken as an int; a bool,
+    a float or an array never matches: ``in`` would compare them by value or element-wise)."""
     if isinstance(value, np.integer):
         value = int(value)
-    if isinstance(value, bool) or value not in allowed:
+    if not any(type(value) is type(choice) and value == choice for choice in allowed):
         raise InvalidRequestError(f"{name} must be one of {allowed}, got {_shown(value)}")
     return value
 

@@ -675,7 +675,7 @@ class Controller:
         creation's own, finished rather than refused."""
         validate_topic_name(name)
         validate_topic_shape(num_partitions, replication_factor)
-        config = args.mapping("config", config or {})
+        config = args.mapping("config", {} if config is None else config)
         if not isinstance(internal, bool):
             raise InvalidRequestError(f"internal must be a bool, got {internal!r}")
         if topic_id is not None and not (isinstance(topic_id, str) and _TOPIC_ID.fullmatch(topic_id)):
@@ -698,7 +698,7 @@ class Controller:
             await self._start_partitions(existing, range(num_partitions))
             return self._describe(existing)
         await self._refresh_nodes()
-        records, _ = self.state.create_topic(name, num_partitions, replication_factor, config or {},
+        records, _ = self.state.create_topic(name, num_partitions, replication_factor, config,
                                              topic_id or uuid.uuid4().hex, self._placement)
         self._commit(records)
         topic = self.state.topic(name)
@@ -973,8 +973,8 @@ class Controller:
         unclean_leader_election_enable applies to the controller's next election; enabling it
         elects leaders for offline partitions now. Returns topic_config's answer."""
         validate_topic_name(name)
-        set_values = args.mapping("set_values", set_values or {})
-        delete = [args.text("delete", k, 255) for k in args.sequence("delete", delete or [], 1024)]
+        set_values = args.mapping("set_values", {} if set_values is None else set_values)
+        delete = [args.text("delete", k, 255) for k in args.sequence("delete", [] if delete is None else delete, 1024)]
         if not isinstance(validate_only, bool) or not isinstance(replace, bool):
             raise InvalidRequestError("validate_only and replace must be bools")
         await self._ensure_started()
