@@ -53,7 +53,7 @@ import msgpack
 import ray
 
 from actors import arguments as args
-from actors import events
+from actors import events, process_state
 from actors.metrics import ControllerMetrics
 from actors.controller_state import NO_LEADER, ControllerState, TopicState, replica_ids, replica_of
 from actors.replica import PartitionReplica
@@ -98,6 +98,9 @@ class Controller:
         root = os.path.expanduser(self.config.data_root)
         self.metadata_log = PartitionLog(os.path.join(root, "controller", "__cluster_metadata-0"),
                                          METADATA_LOG_CONFIG)
+        identity = process_state.own_identity()
+        self._identity = identity.to_list() if identity is not None else None
+        """Sent with every heartbeat answer: a replica on this host tells a busy controller from a stopped one."""
         self.state = ControllerState()
         for record in self._read_metadata_log():
             self.state.replay(record)
@@ -192,10 +195,8 @@ class Controller:
 
     async def _start(self) -> None:
         await self._refresh_nodes()
-        for topic in list(self.state.topics.values()):
-            for p, part in enumerate(topic.partitions):
-                for r in part["replicas"]:
-                    self._ensure_replica(topic, p, r)
+        await self._ensure_replicas([(topic, p, r, None) for topic in list(self.state.topics.values())
+                                     for p, part in enumerate(topic.partitions) for r in part["replicas"]])
         keys = list(self.handles)
         statuses = await asyncio.gather(*(self._attach(k, timeout_s=self.config.request_timeout_ms / 1000)
                                           for k in keys), return_exceptions=True)
@@ -278,7 +279,8 @@ class Controller:
         config_version = args.integer("config_version", config_version, -1, args.INT32_MAX)
         high_watermark = args.integer("high_watermark", high_watermark, -1)
         found = self._locate(key)
-        reply = {"controller_pid": os.getpid(), "member": found is not None, "state": None}
+        reply = {"controller_pid": os.getpid(), "controller_process": self._identity, "member": found is not None,
+                 "state": None}
         if found is None:
             return reply
         self._seen[key] = time.monotonic()
@@ -365,21 +367,44 @@ class Controller:
         """The replica's actor handle: found by name, or created on its node if that node is alive."""
         key = self._key(topic, p, replica["replica_id"])
         handle = self.handles.get(key)
-        if handle is not None:
-            return handle
+        if handle is None:
+            handle = self._find_or_create(topic, p, replica, initial_state)
+            if handle is not None:
+                self.handles[key] = handle
+        return handle
+
+    async def _ensure_replicas(self, wanted: list[tuple[TopicState, int, dict, dict | None]]) -> None:
+        """``_ensure_replica`` of each (topic, partition, replica, initial state), asking Ray from a
+        worker thread: each lookup and creation is a blocking call to Ray's GCS, and hundreds of
+        them while replicas starting take every core kept the loop from answering heartbeats for
+        minutes (the replicas then killed the controller as hung)."""
+        missing = [(self._key(t, p, r["replica_id"]), t, p, r, state) for t, p, r, state in wanted
+                   if self._key(t, p, r["replica_id"]) not in self.handles]
+        if not missing:
+            return
+        found = await asyncio.to_thread(lambda: [self._find_or_create(t, p, r, state) for _, t, p, r, state in missing])
+        for (key, *_), handle in zip(missing, found):
+            if handle is not None:
+                self.handles.setdefault(key, handle)
+
+    def _find_or_create(self, topic: TopicState, p: int, replica: dict, initial_state: dict | None):
+        """The replica's actor by name, else a new one on its node (None when that node is down).
+        Blocking; safe off the loop (it reads only what does not change under it)."""
         name = replica_actor_name(topic.name, topic.topic_id, p, replica["replica_id"])
         try:
-            handle = ray.get_actor(name, namespace=self.namespace)
+            return ray.get_actor(name, namespace=self.namespace)
         except ValueError:
-            if replica["node_id"] not in self.nodes_alive:
-                return None
-            options = placement_nodes.replica_actor_options(
-                replica["node_id"], name, self.namespace, self.config.replica_max_restarts)
-            handle = _replica_class().options(**options).remote(
+            pass
+        if replica["node_id"] not in self.nodes_alive:
+            return None
+        options = placement_nodes.replica_actor_options(
+            replica["node_id"], name, self.namespace, self.config.replica_max_restarts)
+        try:
+            return _replica_class().options(**options).remote(
                 topic.name, p, replica["replica_id"], replica["directory"], topic.config, topic.topic_id,
                 self.config.to_dict(), initial_state, config_version=topic.config_version)
-        self.handles[key] = handle
-        return handle
+        except ValueError:  # created meanwhile by another call of the controller
+            return ray.get_actor(name, namespace=self.namespace)
 
     async def _attach(self, key: tuple, timeout_s: float | None = None) -> dict:
         handle = self.handles[key]
@@ -774,26 +799,33 @@ class Controller:
         return self._describe(topic)
 
     async def _start_partitions(self, topic: TopicState, partitions) -> None:
-        """Start every replica of these partitions with its role, then wait for them: as long as
-        replicas keep coming up, however many there are. After request_timeout_ms without one
-        more replica up, TopicCreationIncompleteError names the missing ones; the topic stays,
-        ``creation_progress`` reports it, and creating it again with the same shape finishes it."""
-        keys = []
-        for p in partitions:
-            part = topic.partitions[p]
-            # The leader is created first, so its handle is in the state its followers start with.
-            self._ensure_replica(topic, p, replica_of(part, part["leader"]), initial_state=self._view(topic, p))
-            view = self._view(topic, p)
-            for r in part["replicas"]:
-                self._ensure_replica(topic, p, r, initial_state=view)
-                keys.append(self._key(topic, p, r["replica_id"]))
-        waiting = [k for k in keys if k not in self.alive]
+        """Start every replica of these partitions with its role, replica_start_concurrency at a
+        time, and wait for them: as long as replicas keep coming up, however many there are. After
+        request_timeout_ms without one more replica up, TopicCreationIncompleteError names the
+        missing ones; the topic stays, ``creation_progress`` reports it, and creating it again with
+        the same shape finishes it."""
+        partitions = list(partitions)
+        keys = {p: [self._key(topic, p, r["replica_id"]) for r in topic.partitions[p]["replicas"]] for p in partitions}
+        waiting = [k for p in partitions for k in keys[p] if k not in self.alive]
         progress = {"started": 0, "total": len(waiting), "missing": {(k[1], k[2]) for k in waiting}}
         self._creating[topic.name] = progress
-        pending = {asyncio.ensure_future(self._attach(k)): k for k in waiting if k in self.handles}
+        queue = [p for p in partitions if any(k not in self.alive for k in keys[p])]
+        pending: dict[asyncio.Future, tuple] = {}
         failures = []
         window = self.config.request_timeout_ms / 1000
-        while pending:
+        while queue or pending:
+            if queue and len(pending) < self.config.replica_start_concurrency:
+                wave = []
+                while queue and len(pending) + sum(len(keys[p]) for p in wave) < self.config.replica_start_concurrency:
+                    wave.append(queue.pop(0))
+                # Leaders first, so their handles are in the state their followers start with.
+                await self._ensure_replicas([(topic, p, replica_of(topic.partitions[p], topic.partitions[p]["leader"]),
+                                              self._view(topic, p)) for p in wave])
+                await self._ensure_replicas([(topic, p, r, self._view(topic, p)) for p in wave
+                                             for r in topic.partitions[p]["replicas"]])
+                pending.update({asyncio.ensure_future(self._attach(k)): k for p in wave for k in keys[p]
+                                if k not in self.alive and k in self.handles})
+                continue
             done, _ = await asyncio.wait(list(pending), timeout=window, return_when=asyncio.FIRST_COMPLETED)
             if not done:
                 for fut in pending:

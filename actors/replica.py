@@ -54,6 +54,7 @@ from pathlib import Path
 import numpy as np
 
 from actors import arguments as args
+from actors import process_state
 from actors.metrics import ReplicaMetrics
 from actors.replica_state import FOLLOWER, LEADER, NONE, ReplicaState, out_of_range_target, truncation_offset
 from raylog import memory
@@ -174,6 +175,9 @@ class PartitionReplica:
         self._heartbeat: asyncio.Future | None = None
         self._heartbeat_sent_at = 0.0
         self._controller_pid: int | None = None
+        self._controller_process: process_state.ProcessIdentity | None = None
+        """The controller that last answered a heartbeat, to tell a busy one from a stopped one."""
+        self._controller_busy_logged = False
         self._follower_error: str | None = None
         self.replication_stats = {"follower_fetches_served": 0, "follower_bytes_served": 0,
                                   "fetches_as_follower": 0, "bytes_fetched_as_follower": 0}
@@ -455,10 +459,19 @@ class PartitionReplica:
         try:
             reply = await asyncio.wait_for(asyncio.shield(heartbeat), wait_s)
         except asyncio.TimeoutError:
-            if time.monotonic() - sent_at > self.cluster.replica_session_timeout_ms / 1000:
-                if self._heartbeat is heartbeat:
-                    self._heartbeat = None
-                await self._restart_silent_controller()
+            silent_s = time.monotonic() - sent_at
+            session_s = self.cluster.replica_session_timeout_ms / 1000
+            if silent_s > session_s:
+                working = await asyncio.to_thread(process_state.is_working, self._controller_process)
+                if process_state.should_restart(silent_s, session_s, working):
+                    if self._heartbeat is heartbeat:
+                        self._heartbeat = None
+                    await self._restart_silent_controller(silent_s)
+                elif not self._controller_busy_logged:
+                    self._controller_busy_logged = True
+                    log_event(logger, "controller_busy", logging.WARNING, topic=self.topic, partition=self.partition,
+                              replica=self.replica_id, silent_ms=round(silent_s * 1000),
+                              consequence="waiting_for_its_answer")
             return
         except Exception:  # noqa: BLE001 - the controller died or restarts: find it again next round
             if self._heartbeat is heartbeat:
@@ -468,6 +481,8 @@ class PartitionReplica:
         if self._heartbeat is heartbeat:
             self._heartbeat = None
         self._controller_pid = reply["controller_pid"]
+        self._controller_process = process_state.ProcessIdentity.from_list(reply["controller_process"])
+        self._controller_busy_logged = False
         if reply["member"]:
             session_ms = self.cluster.replica_session_timeout_ms
             lease_ms = session_ms - min(LEASE_MARGIN_MS, session_ms // 10)
@@ -493,20 +508,23 @@ class PartitionReplica:
             await self._heartbeat_round(min(self.cluster.request_timeout_ms / 1000,
                                             self.cluster.replica_session_timeout_ms / 1000))
 
-    async def _restart_silent_controller(self) -> None:
-        """The controller answered no heartbeat for the session timeout: it is paused or hung (Ray
-        only notices dead processes). Have Ray kill and restart it; the new one replays its metadata
-        log. Every replica sees the same silence, so the first to claim that controller process in
-        Ray's key-value store does it, once. A replica that never had an answer leaves it to others:
-        it cannot tell a hung controller from one still replaying a long metadata log."""
+    async def _restart_silent_controller(self, silent_s: float) -> None:
+        """The controller answered no heartbeat for the session timeout and is not seen working
+        (actors/process_state.py): it is paused or hung (Ray only notices dead processes). Have Ray
+        kill and restart it; the new one replays its metadata log. Every replica sees the same
+        silence, so the first to claim that controller process in Ray's key-value store does it,
+        once. A replica that never had an answer leaves it to others: it cannot tell a hung
+        controller from one still replaying a long metadata log."""
         pid, namespace = self._controller_pid, self.cluster.namespace
+        # The start time tells a later process that reuses the pid from the one already claimed.
+        claim = f"{pid}-{self._controller_process.start_ticks}" if self._controller_process else f"{pid}"
 
         def kill() -> bool:
             import ray
             from ray.experimental import internal_kv
 
             if pid is None or internal_kv._internal_kv_put(
-                    f"controller-restart/{pid}", b"1", overwrite=False, namespace=namespace):
+                    f"controller-restart/{claim}", b"1", overwrite=False, namespace=namespace):
                 return False
             ray.kill(ray.get_actor(CONTROLLER_ACTOR_NAME, namespace=namespace), no_restart=False)
             return True
@@ -514,8 +532,8 @@ class PartitionReplica:
         try:
             if await asyncio.to_thread(kill):
                 log_event(logger, "controller_restarted", logging.WARNING, topic=self.topic, partition=self.partition,
-                          replica=self.replica_id, controller_pid=pid,
-                          silent_ms=self.cluster.replica_session_timeout_ms, reason="no_heartbeat_answer")
+                          replica=self.replica_id, controller_pid=pid, silent_ms=round(silent_s * 1000),
+                          reason="no_heartbeat_answer")
         except Exception:  # noqa: BLE001 - not registered (already restarting): nothing to kill
             pass
         self._controller = None

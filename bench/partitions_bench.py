@@ -1,6 +1,6 @@
 """Partitions sweep: what a partition costs, and whether throughput holds as their number grows.
 
-For each partition count (default 4, 16, 64, 256), on one local Ray:
+For each partition count (default 4, 16, 64, 128, 256), on one local Ray:
 
 - the same number of bare Ray actors (num_cpus=0, one trivial method) are started, timed,
   measured and killed: the floor a process per replica sits on, measured in the same run;
@@ -12,7 +12,12 @@ For each partition count (default 4, 16, 64, 256), on one local Ray:
   partitions x 16,000)`` 100-byte records (so every partition gets MB-sized batches), the median
   of --runs runs, and each as a ratio to the first partition count's rate.
 
-    python -m bench.partitions_bench [--counts 4 16 64 256] [--records 2000000] [--runs 3] [--idle-s 15]
+A count whose replicas would take more than half the machine's CPU just idling (the idle CPU
+per replica measured at the count before, times this count) is skipped with a line saying so:
+every replica is a process, and 256 on two cores (0.53% of a core each, 136% in all) starved the
+controller's answers to heartbeats until the topic's creation failed.
+
+    python -m bench.partitions_bench [--counts 4 16 64 128 256] [--records 2000000] [--runs 3] [--idle-s 15]
                                      [--traffic-up-to 64]
 
 Results go to bench/results/partitions.json.
@@ -36,6 +41,8 @@ from bench.client_bench import consume_columns, make_values, produce_batch
 PER_PARTITION_RECORDS = 16_000
 """At 100 bytes, 1.6 MB per partition per run: MB-sized batches for every partition."""
 SETTLE_S = 5.0
+IDLE_CPU_LIMIT = 0.5
+"""Share of the machine's cores that a count's idle replicas may take before the count is skipped."""
 """After a burst of process starts the raylet keeps starting spare workers for a few seconds."""
 
 
@@ -98,9 +105,16 @@ def run(counts: list[int], records: int, runs: int, idle_s: float, traffic_up_to
     cluster = raylog.connect(data_root=tempfile.mkdtemp(prefix="raylog-bench-"), num_cpus=2)
     admin = cluster.admin()
     bare_class = ray.remote(num_cpus=0)(Bare)
-    rows = []
+    rows, skipped = [], []
     try:
         for count in counts:
+            if rows and (idle := rows[-1]["replica"]["idle_cpu_percent"] * count) > IDLE_CPU_LIMIT * 100 * os.cpu_count():
+                reason = (f"{count} idle replicas would take {idle:.0f}% of a core ({rows[-1]['replica']['idle_cpu_percent']:.2f}% "
+                          f"each, measured at {rows[-1]['partitions']}), over {IDLE_CPU_LIMIT:.0%} of this machine's "
+                          f"{os.cpu_count()} cores: the controller and the replicas would starve")
+                print(f"{count:>4} partitions skipped: {reason}", flush=True)
+                skipped.append({"partitions": count, "reason": reason})
+                continue
             bare_actors = []
 
             def start_bare():
@@ -142,7 +156,7 @@ def run(counts: list[int], records: int, runs: int, idle_s: float, traffic_up_to
             print_row(row, rows[0])
     finally:
         ray.shutdown()
-    out = {"records": records, "runs": runs, "idle_s": idle_s, "rows": rows}
+    out = {"records": records, "runs": runs, "idle_s": idle_s, "rows": rows, "skipped": skipped}
     results = Path(__file__).parent / "results"
     results.mkdir(exist_ok=True)
     (results / "partitions.json").write_text(json.dumps(out, indent=2))
@@ -169,7 +183,7 @@ def print_row(row: dict, first: dict) -> None:
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--counts", type=int, nargs="+", default=[4, 16, 64, 256])
+    parser.add_argument("--counts", type=int, nargs="+", default=[4, 16, 64, 128, 256])
     parser.add_argument("--records", type=int, default=2_000_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--idle-s", type=float, default=15.0)

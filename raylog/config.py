@@ -330,6 +330,11 @@ class ClusterConfig:
     growing log does not grow the page cache with it; readers further behind read from disk. On
     this project's VMs page cache in fresh memory cost 6x more kernel time per GiB and made one
     producer's rate fall 35% by 10 GB (docs/performance.md). 0: leave it all to the kernel, as Kafka does."""
+    replica_start_concurrency: int = 8
+    """How many replicas the controller starts at once when it creates a topic or adds partitions
+    (the next start as soon as one is up): each start is a process costing about a second of CPU,
+    and 256 at once on two cores starved every process of the machine, the controller's answers
+    to heartbeats included, for minutes."""
     replica_heartbeat_interval_ms: int = 2_000
     """How often each replica heartbeats the controller, renewing its lease (the controller pings
     the group coordinators as often). Kafka: broker.heartbeat.interval.ms, 2 s."""
@@ -365,6 +370,7 @@ class ClusterConfig:
         _check_int(self, "offsets_topic_num_partitions", 1)
         _check_int(self, "log_cleaner_dedupe_buffer_size", 1024)
         _check_int(self, "log_page_cache_window_bytes", 0)
+        _check_int(self, "replica_start_concurrency", 1)
         _check_int(self, "replica_heartbeat_interval_ms", 10)
         _check_int(self, "replica_session_timeout_ms", 100)
         _check(self.auto_create_topics_enable in (None, True, False),

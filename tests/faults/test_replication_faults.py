@@ -271,6 +271,45 @@ def test_a_paused_controller_is_replaced_by_a_new_one_that_takes_over_from_the_m
     producer.close()
 
 
+def _spin(controller_self, seconds: float) -> int:
+    """Run on the controller's event loop: it answers nothing meanwhile, but works."""
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        pass
+    return os.getpid()
+
+
+def _hang(controller_self, seconds: float) -> int:
+    """Run on the controller's event loop: it answers nothing and sleeps, as a deadlock does."""
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def test_a_controller_too_busy_to_answer_is_waited_for_and_a_hung_one_is_restarted(sim):
+    """A controller starved of CPU (256 replicas starting on two cores) answers no heartbeat for
+    longer than the session timeout, yet it works: killing it threw its work away and the
+    restarted one had all of it to do again (the bench's 256-partition row). The replicas see its
+    threads running (actors/process_state.py) and wait for its answer; one whose loop sleeps as
+    long, as a deadlock does, is restarted as a paused one is."""
+    topic = new_topic(sim)
+    controller = ray.get_actor(CONTROLLER_ACTOR_NAME, namespace="raylog")
+    pid = ray.get(controller.ping.remote())
+    busy_s = 3 * SESSION_MS / 1000
+    assert ray.get(controller.__ray_call__.options(max_task_retries=0).remote(_spin, busy_s), timeout=busy_s + 60) == pid
+    time.sleep(2 * 500 / 1000)  # two heartbeat intervals: a replica that decided to kill it has done so
+    assert ray.get(controller.ping.remote(), timeout=30) == pid, "the busy controller was killed"
+    producer = sim.cluster.producer(acks="all")
+    assert producer.send(topic, b"after the busy controller").get(timeout=30).offset == 0
+
+    hung = controller.__ray_call__.options(max_task_retries=0).remote(_hang, busy_s)  # not again on the new one
+    wait_for(lambda: ray.get(controller.ping.remote(), timeout=2) != pid, timeout_s=busy_s + 30)
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(hung, timeout=60)
+    assert topic in sim.cluster.admin().list_topics()
+    assert producer.send(topic, b"after the hung controller").get(timeout=30).offset == 1
+    producer.close()
+
+
 
 def test_a_batch_retried_after_its_call_timed_out_is_never_appended_twice(sim):
     """Finding 11: a call that timed out at the producer had been appended (it waited for a stopped

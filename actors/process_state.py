@@ -1,0 +1,116 @@
+"""What a raylog process can see of another one on its own host, without asking it.
+
+A replica whose controller has answered no heartbeat for the session timeout has to tell a
+controller that is stopped or hung (kill it: Ray restarts it from its metadata log) from one
+that is working but starved of CPU (256 replicas starting on two cores leave it a few
+percent of a core for minutes; killing it throws that work away and the restarted controller
+has all of it to do again, under the same starvation). Linux says which: a thread that runs or
+waits for a CPU is in state R; a stopped process's threads are in T, a hung one's sleep (S, D)
+on a lock or a call that never returns. A controller on another host (another boot id), or
+gone, cannot be seen, and the replica falls back to the session timeout alone.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+BUSY_SILENCE_LIMIT = 20
+"""Session timeouts a working controller may stay silent before it is restarted anyway: a busy
+loop that never yields looks like starvation, and must not keep the cluster leaderless forever.
+Twenty (three minutes by default) outlasts 256 replicas starting on two cores."""
+
+
+@dataclass(frozen=True)
+class ProcessIdentity:
+    """A process, told apart from a later one with the same pid by its start time (in clock ticks
+    after boot, /proc/<pid>/stat's 22nd field) and from one on another host by the boot id."""
+
+    boot_id: str
+    pid: int
+    start_ticks: int
+
+    def to_list(self) -> list:
+        return [self.boot_id, self.pid, self.start_ticks]
+
+    @classmethod
+    def from_list(cls, value) -> ProcessIdentity | None:
+        """The identity a heartbeat answer carries, or None when it carries none (or garbage)."""
+        if not isinstance(value, (list, tuple)) or len(value) != 3:
+            return None
+        boot_id, pid, start = value
+        if not (isinstance(boot_id, str) and isinstance(pid, int) and isinstance(start, int)):
+            return None
+        return cls(boot_id, pid, start)
+
+
+def own_identity() -> ProcessIdentity | None:
+    """This process's identity; None where /proc does not say (not Linux)."""
+    boot_id = _boot_id()
+    fields = _stat_fields(f"/proc/{os.getpid()}/stat")
+    if boot_id is None or fields is None:
+        return None
+    return ProcessIdentity(boot_id, os.getpid(), int(fields[19]))
+
+
+def is_working(identity: ProcessIdentity | None, samples: int = 5, interval_s: float = 0.02) -> bool | None:
+    """True when a thread of the process is seen running or waiting for a CPU in one of ``samples``
+    looks; False when it is there but stopped or asleep in all of them; None when it cannot be seen
+    from here (another host, or it exited)."""
+    if identity is None or _boot_id() != identity.boot_id:
+        return None
+    for i in range(samples):
+        states = _thread_states(identity)
+        if states is None:
+            return None
+        if "R" in states:
+            return True
+        if i + 1 < samples:
+            time.sleep(interval_s)
+    return False
+
+
+def should_restart(silent_s: float, session_s: float, working: bool | None) -> bool:
+    """Whether a controller silent for ``silent_s`` is to be killed: after the session timeout,
+    unless it is seen working, then only after BUSY_SILENCE_LIMIT session timeouts."""
+    if silent_s <= session_s:
+        return False
+    return not working or silent_s > BUSY_SILENCE_LIMIT * session_s
+
+
+def _thread_states(identity: ProcessIdentity) -> set[str] | None:
+    fields = _stat_fields(f"/proc/{identity.pid}/stat")
+    if fields is None or int(fields[19]) != identity.start_ticks:
+        return None
+    states = set()
+    try:
+        tids = os.listdir(f"/proc/{identity.pid}/task")
+    except OSError:
+        return None
+    for tid in tids:
+        thread = _stat_fields(f"/proc/{identity.pid}/task/{tid}/stat")
+        if thread is not None:
+            states.add(thread[0])
+    return states or None
+
+
+def _stat_fields(path: str) -> list[str] | None:
+    """The fields of a /proc stat file after the command name (which is in parentheses and may
+    hold spaces): [0] is the state, [19] the start time."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2:].split()
+    return fields if len(fields) > 19 else None
+
+
+def _boot_id() -> str | None:
+    try:
+        with open(BOOT_ID_PATH) as f:
+            return f.read().strip()
+    except OSError:
+        return None

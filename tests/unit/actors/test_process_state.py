@@ -1,0 +1,99 @@
+"""actors/process_state.py against real processes: a busy one is working, a sleeping or stopped
+one is not, an exited one (or one whose pid now names another process, or from another boot)
+cannot be seen; and the restart decision built on it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+
+import pytest
+
+from actors import process_state
+from actors.process_state import BUSY_SILENCE_LIMIT, ProcessIdentity, is_working, should_restart
+
+pytestmark = pytest.mark.skipif(not os.path.exists(process_state.BOOT_ID_PATH), reason="needs Linux's /proc")
+
+
+def identity_of(pid: int) -> ProcessIdentity:
+    with open(f"/proc/{pid}/stat") as f:
+        start = int(f.read().rsplit(")", 1)[1].split()[19])
+    return ProcessIdentity(process_state._boot_id(), pid, start)
+
+
+@pytest.fixture
+def child():
+    started = []
+
+    def start(code: str) -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, "-c", code])
+        started.append(proc)
+        time.sleep(0.3)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.kill()
+            proc.wait()
+
+
+def test_own_identity_names_this_process_and_this_boot():
+    me = process_state.own_identity()
+    assert me == identity_of(os.getpid())
+    assert ProcessIdentity.from_list(me.to_list()) == me
+
+
+def test_a_busy_process_is_working(child):
+    assert is_working(identity_of(child("while True: pass").pid)) is True
+
+
+def test_a_busy_thread_beside_a_sleeping_main_thread_is_working(child):
+    code = "import threading, time\nthreading.Thread(target=lambda: [0 for _ in iter(int, 1)], daemon=True).start()\ntime.sleep(60)"
+    assert is_working(identity_of(child(code).pid)) is True
+
+
+def test_a_sleeping_process_is_not_working(child):
+    assert is_working(identity_of(child("import time; time.sleep(60)").pid)) is False
+
+
+def test_a_stopped_busy_process_is_not_working(child):
+    proc = child("while True: pass")
+    who = identity_of(proc.pid)
+    proc.send_signal(signal.SIGSTOP)
+    time.sleep(0.1)
+    assert is_working(who) is False
+    proc.send_signal(signal.SIGCONT)
+    assert is_working(who) is True
+
+
+def test_an_exited_process_a_reused_pid_and_another_host_cannot_be_seen(child):
+    proc = child("while True: pass")
+    who = identity_of(proc.pid)
+    assert is_working(replace(who, start_ticks=who.start_ticks + 1)) is None
+    assert is_working(replace(who, boot_id="another-host")) is None
+    proc.kill()
+    proc.wait()
+    assert is_working(who) is None
+    assert is_working(None) is None
+
+
+@pytest.mark.parametrize("value", [None, [], ["b", 1], ["b", "1", 2], ["b", 1, 2, 3], {"pid": 1}, "b,1,2"])
+def test_an_answer_without_a_well_formed_identity_gives_none(value):
+    assert ProcessIdentity.from_list(value) is None
+
+
+def test_a_silent_controller_is_restarted_after_the_session_unless_seen_working_then_after_the_limit():
+    session = 9.0
+    for working in (True, False, None):
+        assert not should_restart(session, session, working)
+    assert should_restart(session + 0.1, session, False)
+    assert should_restart(session + 0.1, session, None)
+    assert not should_restart(session + 0.1, session, True)
+    assert not should_restart(BUSY_SILENCE_LIMIT * session, session, True)
+    assert should_restart(BUSY_SILENCE_LIMIT * session + 0.1, session, True)
