@@ -34,7 +34,8 @@ can fence. A leader whose lease lapsed acknowledges nothing (produce,
 acks='all' completions, delete_records) until a heartbeat answers again, and
 that answer carries the partition's current state: a leader that was fenced
 while it slept steps down. A controller that answers no heartbeat for the
-session timeout is killed (once, by whichever replica gets there first) and
+session timeout and is not seen running (actors/process_state.py: a starved
+one is waited for) is killed (once, by whichever replica gets there first) and
 Ray restarts it from its metadata log.
 
 Imports stay lean (no pyspark, pandas, pyarrow or raylog clients): every
