@@ -378,8 +378,8 @@ class Controller:
         worker thread: each lookup and creation is a blocking call to Ray's GCS, and hundreds of
         them while replicas starting take every core kept the loop from answering heartbeats for
         minutes (the replicas then killed the controller as hung)."""
-        missing = [(self._key(t, p, r["replica_id"]), t, p, r, state) for t, p, r, state in wanted
-                   if self._key(t, p, r["replica_id"]) not in self.handles]
+        keyed = [(self._key(t, p, r["replica_id"]), t, p, r, state) for t, p, r, state in wanted]
+        missing = [item for item in keyed if item[0] not in self.handles]
         if not missing:
             return
         found = await asyncio.to_thread(lambda: [self._find_or_create(t, p, r, state) for _, t, p, r, state in missing])
@@ -821,8 +821,8 @@ class Controller:
                 # Leaders first, so their handles are in the state their followers start with.
                 await self._ensure_replicas([(topic, p, replica_of(topic.partitions[p], topic.partitions[p]["leader"]),
                                               self._view(topic, p)) for p in wave])
-                await self._ensure_replicas([(topic, p, r, self._view(topic, p)) for p in wave
-                                             for r in topic.partitions[p]["replicas"]])
+                views = {p: self._view(topic, p) for p in wave}
+                await self._ensure_replicas([(topic, p, r, views[p]) for p in wave for r in topic.partitions[p]["replicas"]])
                 pending.update({asyncio.ensure_future(self._attach(k)): k for p in wave for k in keys[p]
                                 if k not in self.alive and k in self.handles})
                 continue

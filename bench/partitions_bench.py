@@ -14,8 +14,8 @@ For each partition count (default 4, 16, 64, 128, 256), on one local Ray:
 
 A count whose replicas would take more than half the machine's CPU just idling (the idle CPU
 per replica measured at the count before, times this count) is skipped with a line saying so:
-every replica is a process, and 256 on two cores (0.53% of a core each, 136% in all) starved the
-controller's answers to heartbeats until the topic's creation failed.
+every replica is a process, and 256 on two cores (0.46-0.53% of a core each, 118-136% in all)
+starved the controller's answers to heartbeats until the topic's creation failed.
 
     python -m bench.partitions_bench [--counts 4 16 64 128 256] [--records 2000000] [--runs 3] [--idle-s 15]
                                      [--traffic-up-to 64]
@@ -41,9 +41,9 @@ from bench.client_bench import consume_columns, make_values, produce_batch
 PER_PARTITION_RECORDS = 16_000
 """At 100 bytes, 1.6 MB per partition per run: MB-sized batches for every partition."""
 SETTLE_S = 5.0
+"""After a burst of process starts the raylet keeps starting spare workers for a few seconds."""
 IDLE_CPU_LIMIT = 0.5
 """Share of the machine's cores that a count's idle replicas may take before the count is skipped."""
-"""After a burst of process starts the raylet keeps starting spare workers for a few seconds."""
 
 
 class Bare:
