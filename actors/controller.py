@@ -15,12 +15,17 @@ What it watches, without pinging replicas in a loop:
   leaves the ISR at once, a new leader is elected from the live ISR if it was
   the leader, and an ``attach()`` call (which Ray holds until the actor is
   restarted) tells the controller when it is back.
-- **Node deaths**: ``ray.nodes()`` every node_check_interval_ms (one call to
-  Ray's GCS). Every replica on a dead node is lost. A Ray node never comes
-  back under its id, so after replica_reassign_after_ms each such replica is
-  moved to a live node without a replica of its partition (the new replica
-  catches up and joins the ISR, then the lost one is dropped, as Kafka's
-  reassignment does).
+- **Nodes**: a raylog node is a data directory with an identity
+  (raylog/storage/node_directory.py); the controller speaks for the head
+  node's, and a node agent (actors/node_agent.py) for each other Ray node's.
+  ``ray.nodes()`` every node_check_interval_ms (one call to Ray's GCS) says
+  which Ray nodes run: a new one registers (the agent tells which node id its
+  directory holds; a new directory gets the next id) and its replicas are
+  started, recovering their logs in place; a raylog node whose Ray node died
+  is missing, and its replicas leave the ISR. Only after node_lost_timeout_ms
+  missing are its replicas moved to a live node without a replica of the
+  partition (the new replica catches up and joins the ISR, then the lost one
+  is dropped, as Kafka's reassignment does).
 - **Preferred leaders**: every leader_imbalance_check_interval_ms, leadership
   moves back to each partition's first replica when it is alive and in sync.
 - **Paused replicas** (SIGSTOP, a GC pause, a hung disk: alive to Ray, silent
@@ -43,6 +48,7 @@ the metadata log's fsync without an ``await`` in between.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import re
@@ -56,23 +62,27 @@ from actors import arguments as args
 from actors import events, process_state
 from actors.metrics import ControllerMetrics
 from actors.controller_state import NO_LEADER, ControllerState, TopicState, replica_ids, replica_of
+from actors.node_agent import NodeAgent
 from actors.replica import PartitionReplica
 from placement import nodes as placement_nodes
 from placement.policy import assign_replicas, check_replication_factor, replacement_node
 from raylog import topic_configs
 from raylog.config import ClusterConfig, TopicConfig
 from raylog.errors import (
-    InvalidReplicationFactorError, InvalidRequestError, InvalidTopicError, TopicCreationIncompleteError,
-    UnknownTopicOrPartitionError,
+    InvalidReplicationFactorError, InvalidRequestError, InvalidTopicError, LogDirError, RaylogError,
+    ReplicaNotAvailableError, TopicCreationIncompleteError, UnknownTopicOrPartitionError,
 )
 from raylog.logs import configure_actor_logging, get_logger, log_event
 from raylog.naming import (
-    INTERNAL_TOPICS, OFFSETS_TOPIC, coordinator_actor_name, replica_actor_name, validate_topic_name,
-    validate_topic_shape,
+    INTERNAL_TOPICS, OFFSETS_TOPIC, coordinator_actor_name, node_agent_actor_name, replica_actor_name,
+    validate_topic_name, validate_topic_shape,
 )
 from raylog.protocol import PartitionInfo, ReplicaAssignment, TopicDescription
 from raylog.storage import batch as record_batch
+from raylog.storage import node_meta
 from raylog.storage.log import PartitionLog
+from raylog.storage.node_directory import NodeDirectory
+from raylog.storage.node_meta import NodeMeta
 
 METADATA_LOG_CONFIG = TopicConfig(flush_messages=1, retention_ms=-1, segment_bytes=64 * 1024 * 1024,
                                   segment_index_bytes=1024 * 1024)
@@ -84,6 +94,9 @@ segments (offsets.topic.segment.bytes); commits are written with acks='all', and
 min_insync_replicas follows the replication factor as for any topic (2 with 3 replicas)."""
 ATTACH_RETRY_S = 1.0
 """How long the controller waits before asking a replica it could not reach whether it is back."""
+REGISTER_RETRY_S = 5.0
+"""How long a Ray node whose registration failed (its agent not answering, its data directory still
+locked by a process of its previous session, or refused) waits before it is tried again."""
 _TOPIC_ID = re.compile(r"[0-9a-f]{32}")
 """What a caller-picked topic id may be: it names the partition directories, so nothing else."""
 
@@ -95,22 +108,41 @@ class Controller:
         configure_actor_logging()
         self.config = ClusterConfig(**cluster_config)
         self.namespace = self.config.namespace
-        root = os.path.expanduser(self.config.data_root)
-        self.metadata_log = PartitionLog(os.path.join(root, "controller", "__cluster_metadata-0"),
-                                         METADATA_LOG_CONFIG)
+        # The controller speaks for the head node: it holds the head's data directory (its lock and
+        # identity), where the metadata log lives; node agents do the same on the other nodes.
+        self.head_directory = NodeDirectory(placement_nodes.own_data_dir(self.config.data_root))
+        self.head_directory.check_writable()
+        self.head_directory.lock.acquire(timeout_s=self.config.replica_session_timeout_ms / 1000)
+        self.metadata_log = PartitionLog(self.head_directory.metadata_log_path, METADATA_LOG_CONFIG)
         identity = process_state.own_identity()
         self._identity = identity.to_list() if identity is not None else None
         """Sent with every heartbeat answer: a replica on this host tells a busy controller from a stopped one."""
         self.state = ControllerState()
         for record in self._read_metadata_log():
             self.state.replay(record)
+        self.metrics = ControllerMetrics()
+        self._bootstrap_identity()
+        self.head_node: int = self.state.head_node_id
         self.handles: dict[tuple, object] = {}
         """(topic_id, partition, replica_id) -> the replica's actor handle."""
         self.alive: set[tuple] = set()
         """Replicas whose actor answered attach() and whose watch() has not failed since."""
-        self.nodes_alive: set[str] = set()
-        self.head_node = ""
-        self.node_lost_at: dict[str, float] = {}
+        self.node_sessions: dict[int, str] = {}
+        """raylog node id -> the Ray node id it runs on this session (registered, its Ray node alive)."""
+        self.node_dirs: dict[int, str] = {}
+        """raylog node id -> where its data directory is this session."""
+        self.node_missing_since: dict[int, float] = {n: time.monotonic() for n in self.state.nodes}
+        """Registered nodes not running now -> time.monotonic() since when (this controller's start
+        for those it has not seen yet): past node_lost_timeout_ms their replicas are moved."""
+        self._registering: dict[str, asyncio.Task] = {}
+        """Ray node id -> the registration of the raylog node on it, while under way."""
+        self._refused: dict[str, tuple[str, float]] = {}
+        """Ray node id -> (why its registration failed, when): tried again after REGISTER_RETRY_S."""
+        self._agents: dict[str, object] = {}
+        self._replicas_starting: set[tuple] = set()
+        self._declared_lost: set[int] = set()
+        """Nodes missing past node_lost_timeout_ms (logged once as node_lost)."""
+        self._start_done = False
         self._watchers: dict[tuple, asyncio.Task] = {}
         self._started: asyncio.Task | None = None
         self._background: list[asyncio.Task] = []
@@ -129,7 +161,49 @@ class Controller:
         """Offsets partition -> its coordinator's handle (the same actor across its restarts)."""
         self._high_watermarks: dict[tuple[str, int], int] = {}
         """(topic, partition) -> the high watermark its leader's last heartbeat carried (for group lag)."""
-        self.metrics = ControllerMetrics()
+        if OFFSETS_TOPIC in self.state.topics:
+            # The group -> coordinator mapping depends on the offsets topic's partition count, which
+            # is fixed once the topic exists, whatever a restart's settings say (as Kafka's).
+            count = len(self.state.topics[OFFSETS_TOPIC].partitions)
+            if count != self.config.offsets_topic_num_partitions:
+                logger.warning("%s has %d partitions; offsets_topic_num_partitions=%d is ignored", OFFSETS_TOPIC,
+                               count, self.config.offsets_topic_num_partitions)
+                self.config = dataclasses.replace(self.config, offsets_topic_num_partitions=count)
+
+    @property
+    def nodes_alive(self) -> set[int]:
+        return set(self.node_sessions)
+
+    def _bootstrap_identity(self) -> None:
+        """Make the metadata log and the head's data directory agree on who they are: a new cluster
+        gets its id and the head node id 0 (metadata first, then meta.properties); a log written
+        before node identity becomes a cluster, adopting what it can; anything inconsistent is
+        refused (InconsistentClusterIdError, LogDirError) before the controller serves anything."""
+        directory = self.head_directory
+        meta = directory.identity()
+        host = placement_nodes.own_address()
+        if self.state.cluster_id is None:
+            if meta is not None:
+                raise LogDirError(
+                    f"{directory.path} is node {meta.node_id} of cluster {meta.cluster_id} but holds no controller "
+                    "metadata: the metadata log lives in the head node's data directory, so start the head node "
+                    "on the disk that holds it (or give this head node a new data directory, for a new cluster)")
+            legacy = bool(self.state.topics or self.state.pending_deletions)
+            self._commit(self.state.create_cluster(node_meta.new_cluster_id(), 0, host, str(directory.path)))
+            if legacy:
+                records = self.state.adopt_legacy_nodes(0, lambda rel: (directory.path / rel).is_dir())
+                self._commit(records)
+                log_event(logger, "legacy_data_adopted", logging.WARNING, data_dir=directory.path,
+                          nodes_adopted=len(records))
+        else:
+            if meta is not None:
+                meta.check_cluster(self.state.cluster_id, directory.path)
+                if meta.node_id != self.state.head_node_id:
+                    raise LogDirError(
+                        f"{directory.path} is node {meta.node_id}, but the metadata log in it was written by node "
+                        f"{self.state.head_node_id}: the directory's files were mixed by hand")
+            self._commit(self.state.register_node(self.state.head_node_id, host, str(directory.path)))
+        directory.format(NodeMeta(self.state.cluster_id, self.state.head_node_id))
 
     # --- metadata log --------------------------------------------------------------------
 
@@ -194,26 +268,32 @@ class Controller:
         await asyncio.shield(self._started)
 
     async def _start(self) -> None:
-        await self._refresh_nodes()
-        await self._ensure_replicas([(topic, p, r, None) for topic in list(self.state.topics.values())
-                                     for p, part in enumerate(topic.partitions) for r in part["replicas"]])
-        keys = list(self.handles)
+        """Bring the cluster up from the metadata log: register the nodes that are up (the head at
+        once, the others through their node agents), attach to the replicas that run (a restarted
+        controller finds them all), start the missing ones in the background, and elect leaders
+        where the old one is not running. After a whole-cluster restart nothing runs yet: every
+        partition is offline, its ISR kept, until a member of that ISR is back (then it leads)."""
+        await self._nodes_registered()
+        nodes = self.nodes_alive
+        replicas = [(topic, p, r, None) for topic in list(self.state.topics.values())
+                    for p, part in enumerate(topic.partitions) for r in part["replicas"] if r["node_id"] in nodes]
+        await self._ensure_replicas(replicas, create=False)
+        keys = [k for k in (self._key(t, p, r["replica_id"]) for t, p, r, _ in replicas) if k in self.handles]
         statuses = await asyncio.gather(*(self._attach(k, timeout_s=self.config.request_timeout_ms / 1000)
                                           for k in keys), return_exceptions=True)
-        loop = asyncio.get_running_loop()
         for key, status in zip(keys, statuses):
             if isinstance(status, dict):
                 self._mark_alive(key)
-            else:
-                # Not answering yet (stopped, or recovering a large log): watched from when it does.
-                self._background.append(loop.create_task(self._await_return(key)))
         for topic in list(self.state.topics.values()):
             for p in range(len(topic.partitions)):
                 self._elect_if_needed(topic, p)
                 self._push(topic, p)
-        for (topic_id, p, rid), replica in list(self.state.pending_deletions.items()):
-            self._background.append(asyncio.get_running_loop().create_task(
-                self._finish_deletion(topic_id, p, rid, replica)))
+        self._start_done = True
+        # The rest (not answering yet, stopped, recovering a large log, or not started at all) are
+        # started or waited for in the background, and rejoin as they answer.
+        for node in sorted(nodes):
+            self._start_node_replicas(node)
+        loop = asyncio.get_running_loop()
         if OFFSETS_TOPIC in self.state.topics:
             topic = self.state.topic(OFFSETS_TOPIC)
             for p in range(len(topic.partitions)):
@@ -221,21 +301,134 @@ class Controller:
         self._background.append(loop.create_task(self._node_loop()))
         self._background.append(loop.create_task(self._preferred_leader_loop()))
 
-    async def _refresh_nodes(self) -> set[str]:
-        """Ask Ray which nodes are alive; returns the ones that died since the last look."""
+    # --- nodes: identity, registration, liveness ---------------------------------------------------
+
+    async def _refresh_nodes(self) -> set[int]:
+        """Ask Ray which nodes are alive: raylog nodes whose Ray node died are missing from now on
+        (returned); a Ray node not seen before starts registering (the head at once, the others
+        through their node agent). Registration is a task: it needs the agent, which may be starting."""
         infos = await asyncio.get_running_loop().run_in_executor(None, placement_nodes.alive_nodes)
-        alive = {n.node_id for n in infos}
-        heads = [n.node_id for n in infos if n.is_head]
-        if heads:
-            self.head_node = heads[0]
-        died = self.nodes_alive - alive
+        alive = {n.ray_node_id: n for n in infos}
         now = time.monotonic()
+        died = {node for node, ray_node in self.node_sessions.items() if ray_node not in alive}
         for node in died:
-            self.node_lost_at.setdefault(node, now)
-        for node in alive:
-            self.node_lost_at.pop(node, None)
-        self.nodes_alive = alive
+            del self.node_sessions[node]
+            self.node_dirs.pop(node, None)
+            self.node_missing_since[node] = now
+        running = set(self.node_sessions.values())
+        for ray_node, info in alive.items():
+            if ray_node in running or ray_node in self._registering:
+                continue
+            refused = self._refused.get(ray_node)
+            if refused is not None and now - refused[1] < REGISTER_RETRY_S:
+                continue
+            if info.is_head:
+                self._node_up(self.head_node, ray_node, str(self.head_directory.path), info.address)
+            else:
+                task = asyncio.get_running_loop().create_task(self._register(info))
+                self._registering[ray_node] = task
+        for gone in (set(self._refused) | set(self._agents)) - set(alive):
+            self._refused.pop(gone, None)
+            self._agents.pop(gone, None)
         return died
+
+    async def _nodes_registered(self) -> None:
+        """Look at Ray's nodes, and wait (up to request_timeout_ms) for the registrations that starts:
+        placing a new topic's replicas, or starting up, needs every node that is there."""
+        await self._refresh_nodes()
+        if self._registering:
+            await asyncio.wait(list(self._registering.values()), timeout=self.config.request_timeout_ms / 1000)
+
+    async def _register(self, info: placement_nodes.RayNode) -> None:
+        """Learn which raylog node runs on a Ray node, from its agent: a data directory with an
+        identity is that node again (its replicas recover in place); one without gets the next node
+        id, recorded before the directory is formatted. Refused (logged, tried again later): another
+        cluster's directory, one whose lock another live process holds, a node id already running
+        elsewhere."""
+        ray_node = info.ray_node_id
+        timeout_s = self.config.request_timeout_ms / 1000
+        try:
+            agent = self._agents.get(ray_node) or await asyncio.to_thread(self._ensure_agent, ray_node)
+            self._agents[ray_node] = agent
+            found = await asyncio.wait_for(agent.identify.remote(self.state.cluster_id), timeout_s)
+            node = found["node_id"]
+            if node is None:
+                node = self.state.next_node_id()
+                self._commit(self.state.register_node(node, info.address, found["data_dir"]), "new_node")
+                await asyncio.wait_for(agent.format.remote(self.state.cluster_id, node), timeout_s)
+            elif node in self.node_sessions and self.node_sessions[node] != ray_node:
+                raise LogDirError(f"data directory {found['data_dir']} on Ray node {ray_node} is node {node}, "
+                                  f"which already runs on Ray node {self.node_sessions[node]}: two Ray nodes share "
+                                  "one data directory's identity (copied by hand?)")
+            else:
+                self._commit(self.state.register_node(node, info.address, found["data_dir"]))
+        except Exception as exc:  # noqa: BLE001 - refused or not answering: looked at again later
+            message = f"{type(exc).__name__}: {exc}" if isinstance(exc, RaylogError) else repr(exc)
+            if self._refused.get(ray_node, ("",))[0] != message:
+                self.metrics.event("node_refused")
+                log_event(logger, "node_refused", logging.ERROR, ray_node=ray_node, address=info.address,
+                          reason=message)
+            self._refused[ray_node] = (message, time.monotonic())
+            return
+        finally:
+            self._registering.pop(ray_node, None)
+        self._refused.pop(ray_node, None)
+        self._node_up(node, ray_node, found["data_dir"], info.address)
+
+    def _ensure_agent(self, ray_node: str):
+        """The node agent of a Ray node: found by name, else started there. Blocking (Ray's GCS)."""
+        name = node_agent_actor_name(ray_node)
+        try:
+            return ray.get_actor(name, namespace=self.namespace)
+        except ValueError:
+            pass
+        return _actor_class(NodeAgent).options(**placement_nodes.agent_actor_options(ray_node, name, self.namespace)).remote(
+            self.config.data_root)
+
+    def _node_up(self, node: int, ray_node: str, data_dir: str, address: str) -> None:
+        """A raylog node runs on ``ray_node`` from now on: its replicas are started (recovering their
+        logs in place) and rejoin their partitions; a drain it was under ends with the restart."""
+        returned = node in self.node_missing_since
+        missing_s = time.monotonic() - self.node_missing_since.pop(node, time.monotonic())
+        self.node_sessions[node] = ray_node
+        self.node_dirs[node] = data_dir
+        self.metrics.event("node_registered")
+        log_event(logger, "node_registered", node=node, ray_node=ray_node, address=address, data_dir=data_dir,
+                  **({"missing_s": round(missing_s, 1)} if returned else {}))
+        self._commit(self.state.restarted(node, ray_node), "node_restarted")
+        if self._start_done:
+            self._start_node_replicas(node)
+
+    def _start_node_replicas(self, node: int) -> None:
+        """Start (or find) every replica placed on ``node`` and watch each back into its partition;
+        and finish deleting what was dropped from it while it was missing."""
+        wanted = [(topic, p, r) for topic in list(self.state.topics.values())
+                  for p, part in enumerate(topic.partitions) for r in part["replicas"] if r["node_id"] == node]
+        wanted = [(t, p, r) for t, p, r in wanted if self._key(t, p, r["replica_id"]) not in self.alive
+                  and self._key(t, p, r["replica_id"]) not in self._replicas_starting]
+        loop = asyncio.get_running_loop()
+        if wanted:
+            self._background.append(loop.create_task(self._start_replicas(wanted)))
+        for (topic_id, p, rid), replica in list(self.state.pending_deletions.items()):
+            if replica["node_id"] == node:
+                self._background.append(loop.create_task(self._finish_deletion(topic_id, p, rid, replica)))
+
+    async def _start_replicas(self, wanted: list[tuple[TopicState, int, dict]]) -> None:
+        """Start these replicas replica_start_concurrency at a time, each until it answers (see
+        _await_return), so a node with hundreds of replicas does not start them all at once."""
+        gate = asyncio.Semaphore(self.config.replica_start_concurrency)
+
+        async def one(topic: TopicState, p: int, replica: dict) -> None:
+            key = self._key(topic, p, replica["replica_id"])
+            async with gate:
+                self._replicas_starting.add(key)
+                try:
+                    await self._ensure_replicas([(topic, p, replica, None)])
+                    await self._await_return(key)
+                finally:
+                    self._replicas_starting.discard(key)
+
+        await asyncio.gather(*(one(t, p, r) for t, p, r in wanted), return_exceptions=True)
 
     async def _node_loop(self) -> None:
         interval_s = self.config.node_check_interval_ms / 1000
@@ -262,6 +455,7 @@ class Controller:
                 self._nodes_died(died)
             self._heal()
             self._report_partitions()
+            self.metrics.nodes(self._node_states())
 
     # --- liveness: heartbeats and fencing --------------------------------------------------------
 
@@ -373,36 +567,40 @@ class Controller:
                 self.handles[key] = handle
         return handle
 
-    async def _ensure_replicas(self, wanted: list[tuple[TopicState, int, dict, dict | None]]) -> None:
+    async def _ensure_replicas(self, wanted: list[tuple[TopicState, int, dict, dict | None]],
+                               create: bool = True) -> None:
         """``_ensure_replica`` of each (topic, partition, replica, initial state), asking Ray from a
         worker thread: each lookup and creation is a blocking call to Ray's GCS, and hundreds of
         them while replicas starting take every core kept the loop from answering heartbeats for
-        minutes (the replicas then killed the controller as hung)."""
+        minutes (the replicas then killed the controller as hung). ``create=False`` only finds."""
         keyed = [(self._key(t, p, r["replica_id"]), t, p, r, state) for t, p, r, state in wanted]
         missing = [item for item in keyed if item[0] not in self.handles]
         if not missing:
             return
-        found = await asyncio.to_thread(lambda: [self._find_or_create(t, p, r, state) for _, t, p, r, state in missing])
+        found = await asyncio.to_thread(
+            lambda: [self._find_or_create(t, p, r, state, create) for _, t, p, r, state in missing])
         for (key, *_), handle in zip(missing, found):
             if handle is not None:
                 self.handles.setdefault(key, handle)
 
-    def _find_or_create(self, topic: TopicState, p: int, replica: dict, initial_state: dict | None):
-        """The replica's actor by name, else a new one on its node (None when that node is down).
-        Blocking; safe off the loop (it reads only what does not change under it)."""
+    def _find_or_create(self, topic: TopicState, p: int, replica: dict, initial_state: dict | None,
+                        create: bool = True):
+        """The replica's actor by name, else a new one on its node (None when that node is not
+        running). Blocking; safe off the loop (it reads only what does not change under it)."""
         name = replica_actor_name(topic.name, topic.topic_id, p, replica["replica_id"])
         try:
             return ray.get_actor(name, namespace=self.namespace)
         except ValueError:
             pass
-        if replica["node_id"] not in self.nodes_alive:
+        ray_node, data_dir = self.node_sessions.get(replica["node_id"]), self.node_dirs.get(replica["node_id"])
+        if not create or ray_node is None or data_dir is None:
             return None
-        options = placement_nodes.replica_actor_options(
-            replica["node_id"], name, self.namespace, self.config.replica_max_restarts)
+        options = placement_nodes.replica_actor_options(ray_node, name, self.namespace,
+                                                        self.config.replica_max_restarts)
         try:
-            return _replica_class().options(**options).remote(
-                topic.name, p, replica["replica_id"], replica["directory"], topic.config, topic.topic_id,
-                self.config.to_dict(), initial_state, config_version=topic.config_version)
+            return _actor_class(PartitionReplica).options(**options).remote(
+                topic.name, p, replica["replica_id"], os.path.join(data_dir, replica["directory"]), topic.config,
+                topic.topic_id, self.config.to_dict(), initial_state, config_version=topic.config_version)
         except ValueError:  # created meanwhile by another call of the controller
             return ray.get_actor(name, namespace=self.namespace)
 
@@ -460,8 +658,8 @@ class Controller:
                 return False
             topic, p = found
             node = replica_of(topic.partitions[p], key[2])["node_id"]
-            if node not in self.nodes_alive and self.nodes_alive:
-                return False
+            if node not in self.nodes_alive:
+                return False  # started again when its node is back (_node_up)
             try:
                 await self._attach(key, timeout_s=self.config.request_timeout_ms / 1000)
             except Exception:  # noqa: BLE001 - not back yet
@@ -523,49 +721,77 @@ class Controller:
 
     # --- nodes: losses and healing -----------------------------------------------------------------
 
-    def _nodes_died(self, died: set[str]) -> None:
+    def _nodes_died(self, died: set[int]) -> None:
+        """Nodes whose Ray node died are missing: their replicas leave the ISR (partitions they led
+        elect another in-sync replica) and their actors are let go, so the node's next session
+        starts new ones under the same names. Their replicas move elsewhere only after
+        node_lost_timeout_ms (``_heal``)."""
         for node in sorted(died):
-            self.metrics.event("node_lost")
-            log_event(logger, "node_lost", logging.WARNING, node=node,
+            self.metrics.event("node_missing")
+            log_event(logger, "node_missing", logging.WARNING, node=node,
                       replicas=sum(r["node_id"] == node for t in self.state.topics.values()
                                    for part in t.partitions for r in part["replicas"]),
-                      reassign_after_ms=self.config.replica_reassign_after_ms)
+                      node_lost_timeout_ms=self.config.node_lost_timeout_ms)
+        gone = []
         for topic in list(self.state.topics.values()):
             for p, part in enumerate(topic.partitions):
                 lost = {r["replica_id"] for r in part["replicas"] if r["node_id"] in died}
                 if not lost:
                     continue
                 for rid in lost:
-                    self.alive.discard(self._key(topic, p, rid))
+                    key = self._key(topic, p, rid)
+                    self.alive.discard(key)
+                    handle = self.handles.pop(key, None)
+                    task = self._watchers.pop(key, None)
+                    if task is not None:
+                        task.cancel()
+                    if handle is not None:
+                        gone.append(handle)
                 records, _ = self.state.replicas_lost(topic.name, p, lost, self._is_alive(topic, p),
                                                       self._unclean(topic))
                 self._commit(records, "node_lost")
                 self._push(topic, p)
+        if gone:
+            # Frees their names; a zombie process Ray has not ended yet keeps its partition directory's
+            # lock, so the next session's replica opens the files only once it is gone.
+            asyncio.get_running_loop().run_in_executor(None, _kill_all, gone)
 
     def _heal(self) -> None:
-        """Move replicas lost with their node to live nodes (one reassignment per partition at a time)."""
-        wait_ms = self.config.replica_reassign_after_ms
+        """Move the replicas of nodes missing for node_lost_timeout_ms to live nodes (one reassignment
+        per partition at a time), copying from the partition's leader. A partition with no leader
+        (its only in-sync replicas are on missing nodes, as an RF=1 partition's) is left offline,
+        never re-created empty: it comes back with its node."""
+        wait_ms = self.config.node_lost_timeout_ms
         if wait_ms < 0:
             return
         now = time.monotonic()
+        lost = {n for n, since in self.node_missing_since.items() if (now - since) * 1000 >= wait_ms}
+        for node in sorted(lost - self._declared_lost):
+            self.metrics.event("node_lost")
+            log_event(logger, "node_lost", logging.WARNING, node=node,
+                      missing_s=round(now - self.node_missing_since[node], 1),
+                      consequence="replicas_move_to_live_nodes")
+        self._declared_lost = lost
+        if not lost:
+            return
         load, _ = self.state.replica_load()
-        secondary = {self.head_node} if self.head_node else set()
+        secondary = {self.head_node}
+        live = sorted(self.nodes_alive - self.state.draining_nodes())
         for topic in list(self.state.topics.values()):
             for p, part in enumerate(topic.partitions):
-                if part["adding"]:
+                if part["adding"] or part["leader"] == NO_LEADER:
                     continue
                 nodes = [r["node_id"] for r in part["replicas"]]
-                gone = [n for n in nodes if n not in self.nodes_alive
-                        and (now - self.node_lost_at.get(n, now)) * 1000 >= wait_ms]
+                gone = [n for n in nodes if n in lost]
                 if not gone:
                     continue
                 # Survivors keep their order (the first is the preferred leader); replacements go last.
                 target = [n for n in nodes if n not in gone]
                 unreplaced = []
-                for lost in gone:
-                    new = replacement_node(nodes + target, sorted(self.nodes_alive), load, secondary)
+                for missing in gone:
+                    new = replacement_node(nodes + target, live, load, secondary)
                     if new is None:
-                        unreplaced.append(lost)  # stays a member until a node is free for it
+                        unreplaced.append(missing)  # stays a member until a node is free for it
                         continue
                     target.append(new)
                     load[new] += 1
@@ -573,8 +799,7 @@ class Controller:
                     continue
                 # The head stays last in the order, so it leads only when no other replica can.
                 target = sorted(target, key=lambda n: n in secondary) + unreplaced
-                placement = [(n, placement_nodes.node_data_dir(self.config.data_root, n)) for n in target]
-                records, state = self.state.reassign(topic.name, p, placement)
+                records, state = self.state.reassign(topic.name, p, target)
                 self._commit(records, "node_lost")
                 self._start_added(topic, p)
 
@@ -602,6 +827,13 @@ class Controller:
                 task.cancel()
             if handle is not None and r["node_id"] in self.nodes_alive:
                 asyncio.get_running_loop().create_task(self._delete_replica(handle))
+            else:
+                # Its node is missing (or its actor never started): the files go once the node is back.
+                self._commit(self.state.replica_removal_pending(topic.name, p, r))
+                if r["node_id"] in self.nodes_alive:
+                    self._background.append(asyncio.get_running_loop().create_task(self._finish_deletion(
+                        topic.topic_id, p, r["replica_id"], self.state.pending_deletions[
+                            (topic.topic_id, p, r["replica_id"])])))
 
     async def _delete_replica(self, handle) -> None:
         try:
@@ -637,6 +869,49 @@ class Controller:
                 self.state.partition(t, p)
         return self._elect_preferred(wanted)
 
+    async def drain_node(self, node_id: int, cancel: bool = False) -> dict:
+        """Kafka's controlled shutdown of one node: it is marked draining (no leadership, no new
+        replicas, not added to any ISR, until it restarts), leadership of every partition it leads
+        moves to another live in-sync replica, and its replicas leave the ISRs where another member
+        stays; then each of its replicas is told and answers as a follower. Returns what is left:
+        ``leaders`` it still has (partitions with no other in-sync replica alive, listed in
+        ``blocked``: they go offline while it is down), ISRs it is still in, and ``can_stop`` (it
+        leads nothing). ``cancel`` ends a drain without a restart."""
+        node_id = args.integer("node_id", node_id, 0, args.INT32_MAX)
+        if not isinstance(cancel, bool):
+            raise InvalidRequestError(f"cancel must be a bool, got {cancel!r}")
+        await self._ensure_started()
+        if not cancel and node_id not in self.node_sessions:
+            raise InvalidRequestError(f"node {node_id} is not running (running: {sorted(self.node_sessions)}): "
+                                      "there is nothing to drain")
+        self._commit(self.state.set_draining(node_id, not cancel, self.node_sessions.get(node_id, "")),
+                     "admin_request")
+        log_event(logger, "node_drain_cancelled" if cancel else "node_draining", node=node_id)
+        if cancel:
+            return {"node_id": node_id, "draining": False, "leaders": 0, "in_isr": 0, "blocked": [], "can_stop": False}
+        told = []
+        for topic in list(self.state.topics.values()):
+            for p in range(len(topic.partitions)):
+                records, _ = self.state.move_leaders_off(topic.name, p, node_id, self._is_alive(topic, p))
+                self._commit(records, "controlled_shutdown")
+                self._push(topic, p)
+                for r in topic.partitions[p]["replicas"]:
+                    handle = self.handles.get(self._key(topic, p, r["replica_id"]))
+                    if r["node_id"] == node_id and handle is not None and self._key(topic, p, r["replica_id"]) in self.alive:
+                        told.append(asyncio.wait_for(handle.set_state.remote(self._view(topic, p)),
+                                                     self.config.request_timeout_ms / 1000))
+        await asyncio.gather(*told, return_exceptions=True)
+        blocked, in_isr = [], 0
+        for topic in self.state.topics.values():
+            for p, part in enumerate(topic.partitions):
+                there = {r["replica_id"] for r in part["replicas"] if r["node_id"] == node_id}
+                if part["leader"] in there:
+                    blocked.append([topic.name, p])
+                in_isr += bool(there & set(part["isr"]))
+        log_event(logger, "node_drained", node=node_id, leaders_left=len(blocked), isr_left=in_isr)
+        return {"node_id": node_id, "draining": True, "leaders": len(blocked), "in_isr": in_isr,
+                "blocked": blocked, "can_stop": not blocked}
+
     async def alter_isr(self, topic_name: str, partition: int, leader_id: int, leader_epoch: int,
                         partition_epoch: int, new_isr: list[int]) -> dict:
         """A leader's ISR proposal; returns the partition's new state or raises FencedLeaderEpochError."""
@@ -664,7 +939,7 @@ class Controller:
             name, p = args.rows("(topic, partition)", [key], 2)[0]
             self.state.partition(name, p)
             for node in args.sequence("nodes", target_nodes, 1024):
-                args.text("node id", node, 128)
+                args.integer("node id", node, 0, args.INT32_MAX)
         await self._ensure_started()
         out = {}
         for (name, p), target_nodes in reassignments.items():
@@ -672,10 +947,10 @@ class Controller:
             check_replication_factor(len(target_nodes), len(self.nodes_alive))
             missing = [n for n in target_nodes if n not in self.nodes_alive]
             if missing:
-                raise InvalidReplicationFactorError(f"reassignment of {name}-{p} names nodes that are not alive: {missing}")
-            placement = [(n, placement_nodes.node_data_dir(self.config.data_root, n)) for n in target_nodes]
+                raise InvalidReplicationFactorError(f"reassignment of {name}-{p} names nodes that are not alive: "
+                                                    f"{missing} (alive: {sorted(self.nodes_alive)})")
             before = dict(topic.partitions[p])
-            records, state = self.state.reassign(name, p, placement)
+            records, state = self.state.reassign(name, p, list(target_nodes))
             self._commit(records, "admin_request")
             self._start_added(topic, p)
             if len(state["replicas"]) != len(before["replicas"]):
@@ -685,12 +960,13 @@ class Controller:
 
     # --- topics --------------------------------------------------------------------------------------
 
-    def _placement(self, count: int, first: int, replication_factor: int) -> list[list[tuple[str, str]]]:
-        live = sorted(self.nodes_alive)
+    def _placement(self, count: int, first: int, replication_factor: int) -> list[list[int]]:
+        """Nodes for new partitions' replicas: running nodes, a draining one only if too few others run."""
         replicas, leaders = self.state.replica_load()
-        secondary = {self.head_node} if self.head_node else set()
-        plan = assign_replicas(count, replication_factor, live, replicas, leaders, first, secondary)
-        return [[(n, placement_nodes.node_data_dir(self.config.data_root, n)) for n in nodes] for nodes in plan]
+        live = self.nodes_alive
+        undrained = live - self.state.draining_nodes()
+        usable = undrained if len(undrained) >= replication_factor else live
+        return assign_replicas(count, replication_factor, sorted(usable), replicas, leaders, first, {self.head_node})
 
     async def create_topic(self, name: str, num_partitions: int = 1, replication_factor: int = 1,
                            config: dict | None = None, internal: bool = False,
@@ -722,7 +998,7 @@ class Controller:
                         self._recreate_if_gone(key, existing, p)
             await self._start_partitions(existing, range(num_partitions))
             return self._describe(existing)
-        await self._refresh_nodes()
+        await self._nodes_registered()
         records, _ = self.state.create_topic(name, num_partitions, replication_factor, config,
                                              topic_id or uuid.uuid4().hex, self._placement)
         self._commit(records)
@@ -751,7 +1027,7 @@ class Controller:
         await self._ensure_started()
         async with self._offsets_lock():
             if OFFSETS_TOPIC not in self.state.topics:
-                await self._refresh_nodes()
+                await self._nodes_registered()
                 spare = len(self.nodes_alive - {self.head_node}) or len(self.nodes_alive)
                 await self.create_topic(OFFSETS_TOPIC, self.config.offsets_topic_num_partitions, min(3, spare),
                                         OFFSETS_TOPIC_CONFIG, internal=True)
@@ -773,13 +1049,14 @@ class Controller:
             pass
         part = topic.partitions[p]
         node = replica_of(part, part["leader"])["node_id"] if part["leader"] != NO_LEADER else self.head_node
+        ray_node = self.node_sessions.get(node) or self.node_sessions[self.head_node]
         from actors.coordinator import GroupCoordinator
 
-        return ray.remote(GroupCoordinator).options(
+        return _actor_class(GroupCoordinator).options(
             name=name, namespace=self.namespace, lifetime="detached", get_if_exists=True, num_cpus=0,
             max_restarts=-1, max_task_retries=0, max_concurrency=1000,
             # Near its partition's leader, but anywhere if that node is gone: it owns no files.
-            scheduling_strategy=placement_nodes.pinned(node, soft=True),
+            scheduling_strategy=placement_nodes.pinned(ray_node, soft=True),
         ).remote(p, self.config.to_dict())
 
     async def topic_partition_counts(self) -> dict[str, int]:
@@ -790,7 +1067,7 @@ class Controller:
     async def create_partitions(self, name: str, total: int) -> TopicDescription:
         validate_topic_name(name)
         await self._ensure_started()
-        await self._refresh_nodes()
+        await self._nodes_registered()
         topic = self.state.topic(name)
         current = len(topic.partitions)
         records, _ = self.state.create_partitions(name, total, self._placement)
@@ -818,9 +1095,11 @@ class Controller:
                 wave = []
                 while queue and len(pending) + sum(len(keys[p]) for p in wave) < self.config.replica_start_concurrency:
                     wave.append(queue.pop(0))
-                # Leaders first, so their handles are in the state their followers start with.
+                # Leaders first, so their handles are in the state their followers start with (a
+                # restarted controller may have found a partition offline: its replicas start with no role).
                 await self._ensure_replicas([(topic, p, replica_of(topic.partitions[p], topic.partitions[p]["leader"]),
-                                              self._view(topic, p)) for p in wave])
+                                              self._view(topic, p)) for p in wave
+                                             if topic.partitions[p]["leader"] != NO_LEADER])
                 views = {p: self._view(topic, p) for p in wave}
                 await self._ensure_replicas([(topic, p, r, views[p]) for p in wave for r in topic.partitions[p]["replicas"]])
                 pending.update({asyncio.ensure_future(self._attach(k)): k for p in wave for k in keys[p]
@@ -839,6 +1118,9 @@ class Controller:
                 key = pending.pop(fut)
                 if fut.exception() is None:
                     self._mark_alive(key)
+                    if topic.partitions[key[1]]["leader"] == NO_LEADER:
+                        self._elect_if_needed(topic, key[1])
+                        self._push(topic, key[1])
                     progress["started"] += 1
                     progress["missing"].discard((key[1], key[2]))
                 else:
@@ -888,15 +1170,23 @@ class Controller:
                 if handle is not None:
                     await self._delete_replica(handle)
                 try:
-                    await _remove_directory.options(
-                        scheduling_strategy=placement_nodes.pinned(replica["node_id"])).remote(
-                            replica["directory"], topic_id)
+                    await self._remove_partition_files(replica["node_id"], replica["directory"], topic_id)
                 except Exception:  # noqa: BLE001 - the node went away meanwhile: try again when it is back
                     await asyncio.sleep(ATTACH_RETRY_S)
                     continue
                 self._commit(self.state.replica_deleted(topic_id, p, rid))
                 return
             await asyncio.sleep(self.config.node_check_interval_ms / 1000)
+
+    async def _remove_partition_files(self, node: int, directory: str, topic_id: str) -> None:
+        """Remove a partition directory on a running node, by whoever holds that node's data directory."""
+        if node == self.head_node:
+            await asyncio.to_thread(self.head_directory.remove_partition, directory, topic_id)
+            return
+        agent = self._agents.get(self.node_sessions[node])
+        if agent is None:
+            raise ReplicaNotAvailableError(f"node {node} has no agent yet")
+        await asyncio.wait_for(agent.remove_partition.remote(directory, topic_id), self.config.request_timeout_ms / 1000)
 
     async def list_topics(self, include_internal: bool = False) -> list[str]:
         await self._ensure_started()
@@ -934,8 +1224,10 @@ class Controller:
             out.append({
                 "partition": p, "leader": part["leader"], "leader_epoch": part["leader_epoch"],
                 "partition_epoch": part["partition_epoch"], "isr": list(part["isr"]),
-                "replicas": [{**r, "alive": alive(r["replica_id"]), "node_alive": r["node_id"] in self.nodes_alive}
-                             for r in part["replicas"]],
+                "replicas": [{**r, "directory": self._replica_path(r), "alive": alive(r["replica_id"]),
+                              "node_alive": r["node_id"] in self.nodes_alive,
+                              "ray_node_id": self.node_sessions.get(r["node_id"], "")} for r in part["replicas"]],
+                "elr": list(part.get("elr", [])),
                 "adding": list(part["adding"]), "removing": list(part["removing"]),
                 "offline": part["leader"] == NO_LEADER,
                 "under_replicated": len(part["isr"]) < len(part["replicas"]) - len(part["adding"]),
@@ -952,13 +1244,35 @@ class Controller:
                 for r in part["replicas"]}
 
     async def describe_cluster(self) -> dict:
-        """The controller's node and process, the head node, the live nodes and their replica counts."""
+        """The cluster id, the controller (on the head node) and every registered node: its state
+        (``alive``: running with all its replicas up; ``registered``: running, its replicas still
+        starting or recovering; ``missing``: not running, with ``missing_ms``, and ``lost`` once past
+        node_lost_timeout_ms), where it runs this session, its data directory, and what it holds."""
         await self._ensure_started()
-        load, leaders = self.state.replica_load()
-        return {"controller": {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid()},
-                "head_node": self.head_node,
-                "nodes": [{"node_id": n, "replicas": load[n], "preferred_leaders": leaders[n]}
-                          for n in sorted(self.nodes_alive)]}
+        load, preferred = self.state.replica_load()
+        leading = {}
+        for topic in self.state.topics.values():
+            for part in topic.partitions:
+                for r in part["replicas"]:
+                    if r["replica_id"] == part["leader"]:
+                        leading[r["node_id"]] = leading.get(r["node_id"], 0) + 1
+        states = self._node_states(per_node=True)
+        now = time.monotonic()
+        nodes = []
+        for n, node in sorted(self.state.nodes.items()):
+            running = n in self.node_sessions
+            nodes.append({
+                "node_id": n, "state": states[n],
+                "ray_node_id": self.node_sessions.get(n, ""), "host": node.host,
+                "data_dir": self.node_dirs.get(n, node.data_dir), "draining": node.draining,
+                "missing_ms": 0 if running else int((now - self.node_missing_since.get(n, now)) * 1000),
+                "lost": n in self._declared_lost, "replicas": load[n], "leaders": leading.get(n, 0),
+                "preferred_leaders": preferred[n]})
+        return {"cluster_id": self.state.cluster_id,
+                "controller": {"node_id": self.head_node, "ray_node_id": ray.get_runtime_context().get_node_id(),
+                               "pid": os.getpid()},
+                "head_node": self.head_node, "node_lost_timeout_ms": self.config.node_lost_timeout_ms,
+                "nodes": nodes}
 
     async def cluster_config(self) -> dict:
         return self.config.to_dict()
@@ -975,15 +1289,48 @@ class Controller:
     def _describe(self, topic: TopicState) -> TopicDescription:
         parts = []
         for p, part in enumerate(topic.partitions):
-            assigned = tuple(ReplicaAssignment(r["node_id"], r["directory"], r["replica_id"])
+            assigned = tuple(ReplicaAssignment(r["node_id"], self._replica_path(r), r["replica_id"],
+                                               self.node_sessions.get(r["node_id"], ""))
                              for r in part["replicas"])
             leader = next((a for a in assigned if a.replica_id == part["leader"]), None)
             name = (replica_actor_name(topic.name, topic.topic_id, p, part["leader"])
                     if leader is not None else "")
             parts.append(PartitionInfo(topic.name, p, leader, assigned, part["leader_epoch"], name,
-                                       tuple(part["isr"]), part["partition_epoch"]))
+                                       tuple(part["isr"]), part["partition_epoch"],
+                                       "" if leader is not None else self._offline_reason(topic, p)))
         return TopicDescription(topic.name, tuple(parts), dict(topic.config), internal=topic.name in INTERNAL_TOPICS,
                                 topic_id=topic.topic_id)
+
+    def _offline_reason(self, topic: TopicState, p: int) -> str:
+        part = topic.partitions[p]
+        eligible = set(part["isr"]) | set(part.get("elr", []))
+        nodes = sorted({r["node_id"] for r in part["replicas"] if r["replica_id"] in eligible})
+        missing = [n for n in nodes if n not in self.node_sessions]
+        if missing and len(missing) == len(nodes):
+            now = time.monotonic()
+            since = ", ".join(f"node {n} missing for {now - self.node_missing_since.get(n, now):.0f} s" for n in missing)
+            return (f"the replicas that hold every acknowledged record are on nodes {nodes} ({since}); it is served "
+                    "again when one of them is back (its replicas are never re-created empty elsewhere)")
+        return f"its in-sync replicas (on nodes {nodes}) are starting or recovering their logs"
+
+    def _node_states(self, per_node: bool = False) -> dict:
+        """Each registered node's state (``per_node``), else how many are in each: ``alive``,
+        ``registered`` (running, some of its replicas not up yet) or ``missing``."""
+        starting = {r["node_id"] for topic in self.state.topics.values() for p, part in enumerate(topic.partitions)
+                    for r in part["replicas"] if self._key(topic, p, r["replica_id"]) not in self.alive}
+        states = {n: ("registered" if n in starting else "alive") if n in self.node_sessions else "missing"
+                  for n in self.state.nodes}
+        if per_node:
+            return states
+        counts: dict[str, int] = {}
+        for state in states.values():
+            counts[state] = counts.get(state, 0) + 1
+        return counts
+
+    def _replica_path(self, replica: dict) -> str:
+        """The replica's directory where its node runs now (relative to its data directory while missing)."""
+        data_dir = self.node_dirs.get(replica["node_id"])
+        return os.path.join(data_dir, replica["directory"]) if data_dir else replica["directory"]
 
     async def topic_config(self, name: str) -> dict:
         """The topic's whole config (field -> value), the fields it sets, and its config version."""
@@ -1051,31 +1398,20 @@ class Controller:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
 
 
-_REPLICA_CLASS = None
+_ACTOR_CLASSES: dict[type, object] = {}
 
 
-def _replica_class():
-    """One Ray actor class for every replica: each ``ray.remote(cls)`` is a new class that Ray
-    exports and its workers load again."""
-    global _REPLICA_CLASS
-    if _REPLICA_CLASS is None:
-        _REPLICA_CLASS = ray.remote(PartitionReplica)
-    return _REPLICA_CLASS
+def _actor_class(cls: type):
+    """One Ray actor class per kind of actor raylog starts (replicas, node agents): each
+    ``ray.remote(cls)`` is a new class that Ray exports and its workers load again."""
+    if cls not in _ACTOR_CLASSES:
+        _ACTOR_CLASSES[cls] = ray.remote(cls)
+    return _ACTOR_CLASSES[cls]
 
 
-@ray.remote(num_cpus=0, max_retries=0)
-def _remove_directory(directory: str, topic_id: str) -> None:
-    """On the replica's node: remove a deleted replica's directory if it still belongs to that topic
-    incarnation, and the topic id's directory above it once it is empty."""
-    import shutil
-    from pathlib import Path
-
-    from raylog.storage import files
-
-    path = Path(directory)
-    if files.read_text_value(path / files.PARTITION_METADATA_FILE) in (None, topic_id):
-        shutil.rmtree(path, ignore_errors=True)
-    try:
-        path.parent.rmdir()
-    except OSError:
-        pass  # other partitions of the topic are still there
+def _kill_all(handles: list) -> None:
+    for handle in handles:
+        try:
+            ray.kill(handle, no_restart=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass

@@ -15,11 +15,28 @@ Records are plain dicts (msgpack-able):
     {"type": "topic_deleted", "name", "topic_id", "pending": [[partition, replica], ...]}
     {"type": "replica_deleted", "topic_id", "partition", "replica_id"}
     {"type": "topic_config_altered", "name", "topic_id", "config", "overrides": [field, ...]}
+    {"type": "cluster_created", "cluster_id", "head_node_id"}
+    {"type": "node_registered", "node_id", "host", "data_dir"}
+    {"type": "node_draining", "node_id", "draining", "session"}
+    {"type": "replica_removal_pending", "topic", "topic_id", "partition", "replica"}
+    {"type": "legacy_node_adopted", "legacy_node_id", "node_id", "directories": {old: new}}
 
 where a partition is ``{"replicas": [replica, ...], "leader", "leader_epoch",
-"partition_epoch", "isr": [replica ids], "adding": [...], "removing": [...]}``
-and a replica is ``{"replica_id", "node_id", "directory"}``. A partition's
-first replica is its preferred leader. ``partition_changed`` carries the whole
+"partition_epoch", "isr": [replica ids], "elr": [replica ids], "adding": [...], "removing": [...]}``
+(``elr``, KIP-966's eligible leader replicas, is missing from records written before it: empty)
+and a replica is ``{"replica_id", "node_id", "directory"}``: ``node_id`` is the raylog node id
+(an int that names the node's data directory for good, node_meta.py), ``directory`` the
+partition's directory relative to that node's data directory. A partition's
+first replica is its preferred leader.
+
+Nodes: ``cluster_created`` is the log's first record (the cluster id every node's
+meta.properties must carry, and the node whose data directory holds this log);
+``node_registered`` is written when a data directory first joins and whenever its host or
+path changed; ``node_draining`` marks a node being drained (Kafka's controlled shutdown)
+until it restarts, that is registers from another Ray node id than ``session``. ``replica_removal_pending`` keeps a replica that a reassignment dropped
+while its node was missing, so its files are removed when the node is back.
+``legacy_node_adopted`` moves the replicas a data root written before node identity named by
+a Ray node id (and an absolute directory) to the node whose data directory holds them. ``partition_changed`` carries the whole
 partition (Kafka's PartitionChangeRecord carries only what changed; a whole
 state is simpler to replay and a partition is small). ``topic_deleted`` keeps
 the replicas whose node was down, so their files are removed when the node is
@@ -53,9 +70,9 @@ from raylog.naming import partition_path, validate_topic_name, validate_topic_sh
 
 NO_LEADER = -1
 
-Placer = Callable[[int, int, int], list[list[tuple[str, str]]]]
-"""place(count, first_partition, replication_factor) -> per new partition, (node_id, node data dir)
-per replica, the preferred leader first."""
+Placer = Callable[[int, int, int], list[list[int]]]
+"""place(count, first_partition, replication_factor) -> per new partition, a node id per replica,
+the preferred leader first."""
 
 
 @dataclass(slots=True)
@@ -70,12 +87,12 @@ class TopicState:
     """How many alterations the config had: replicas keep the newest version they were told."""
 
 
-def _partition(placement: list[tuple[str, str]], name: str, topic_id: str, index: int) -> dict:
-    replicas = [{"replica_id": r, "node_id": node, "directory": partition_path(root, name, topic_id, index)}
-                for r, (node, root) in enumerate(placement)]
+def _partition(placement: list[int], name: str, topic_id: str, index: int) -> dict:
+    replicas = [{"replica_id": r, "node_id": node, "directory": partition_path(name, topic_id, index)}
+                for r, node in enumerate(placement)]
     ids = [r["replica_id"] for r in replicas]
     return {"replicas": replicas, "leader": ids[0], "leader_epoch": 0, "partition_epoch": 0, "isr": ids,
-            "adding": [], "removing": []}
+            "elr": [], "adding": [], "removing": []}
 
 
 def replica_ids(partition: dict) -> list[int]:
@@ -89,12 +106,119 @@ def replica_of(partition: dict, replica_id: int) -> dict:
     raise KeyError(replica_id)
 
 
+@dataclass(slots=True)
+class NodeState:
+    """A registered node, as the metadata log knows it (liveness is the actor shell's soft state)."""
+
+    node_id: int
+    host: str = ""
+    """The address it last registered from."""
+    data_dir: str = ""
+    """Where its data directory was mounted when it last registered."""
+    draining: bool = False
+    """Being drained (``drain_node``): no leadership, no new replicas, not added to ISRs, until the
+    node restarts (registers from a new Ray session)."""
+    drained_session: str = ""
+    """The Ray node id the node ran on when it was drained: a registration from another one is its restart."""
+
+
+def _legacy_relative(directory: str) -> str | None:
+    """``node-<id>/<topic id>/<topic>-<p>`` of a directory written before node identity, or None."""
+    parts = directory.replace("\\", "/").rstrip("/").split("/")
+    if len(parts) < 3 or not parts[-3].startswith("node-"):
+        return None
+    return "/".join(parts[-3:])
+
+
 class ControllerState:
     def __init__(self) -> None:
         self.topics: dict[str, TopicState] = {}
         self.pending_deletions: dict[tuple[str, int, int], dict] = {}
-        """(topic_id, partition, replica_id) -> replica, for replicas of deleted topics whose files
-        are still on a node that was down at deletion."""
+        """(topic_id, partition, replica_id) -> replica, for replicas whose files are still on a node
+        that was down when they were dropped (their topic deleted, or reassigned away)."""
+        self.cluster_id: str | None = None
+        self.head_node_id: int | None = None
+        """The node whose data directory holds the metadata log."""
+        self.nodes: dict[int, NodeState] = {}
+
+    # --- nodes ------------------------------------------------------------------------------
+
+    def create_cluster(self, cluster_id: str, head_node_id: int, host: str, data_dir: str) -> list[dict]:
+        """The first records of a new cluster's metadata log."""
+        if self.cluster_id is not None:
+            raise InvalidConfigError(f"the metadata log already belongs to cluster {self.cluster_id}")
+        return [{"type": "cluster_created", "cluster_id": cluster_id, "head_node_id": head_node_id},
+                *self.register_node(head_node_id, host, data_dir)]
+
+    def next_node_id(self) -> int:
+        """The id a new data directory gets: one above every node id ever registered (ids are never reused)."""
+        return max(self.nodes, default=-1) + 1
+
+    def register_node(self, node_id: int, host: str, data_dir: str) -> list[dict]:
+        """A node registered: a record for a new node, or for a known one whose host or directory
+        moved (none when nothing changed)."""
+        known = self.nodes.get(node_id)
+        if known is not None and (known.host, known.data_dir) == (host, data_dir):
+            return []
+        return [{"type": "node_registered", "node_id": node_id, "host": host, "data_dir": data_dir}]
+
+    def set_draining(self, node_id: int, draining: bool, session: str = "") -> list[dict]:
+        """Start (``session``: the Ray node id it runs on now) or end a node's drain."""
+        node = self.nodes.get(node_id)
+        if node is None:
+            raise InvalidConfigError(f"node {node_id} is not registered (nodes: {sorted(self.nodes)})")
+        if node.draining == draining and (not draining or node.drained_session == session):
+            return []
+        return [{"type": "node_draining", "node_id": node_id, "draining": draining, "session": session}]
+
+    def restarted(self, node_id: int, session: str) -> list[dict]:
+        """A node registered from the Ray node ``session``: a drain from an earlier session is over."""
+        node = self.nodes.get(node_id)
+        if node is None or not node.draining or node.drained_session == session:
+            return []
+        return self.set_draining(node_id, False)
+
+    def draining_nodes(self) -> set[int]:
+        return {n for n, node in self.nodes.items() if node.draining}
+
+    def _eligible(self, part: dict) -> Callable[[int], bool]:
+        """Whether a replica may lead or join the ISR: not on a draining node (KIP-841)."""
+        draining = self.draining_nodes()
+        nodes = {r["replica_id"]: r["node_id"] for r in part["replicas"]}
+        return lambda rid: nodes.get(rid) not in draining
+
+    def adopt_legacy_nodes(self, head_node_id: int, exists: Callable[[str], bool]) -> list[dict]:
+        """Records moving the replicas of a data root written before node identity (named by Ray node
+        ids, with absolute directories ``.../node-<id>/<topic id>/<topic>-<p>``) to the head node,
+        for each such node whose every partition directory ``exists`` under the head's data
+        directory (given relative to it) and where no partition would get two replicas on the head.
+        What is not adopted stays named by its Ray node id: offline until an operator moves it."""
+        legacy: dict[str, list[dict]] = {}
+        for topic in self.topics.values():
+            for part in topic.partitions:
+                for r in part["replicas"]:
+                    if isinstance(r["node_id"], str):
+                        legacy.setdefault(r["node_id"], []).append(r)
+        for replica in self.pending_deletions.values():
+            if isinstance(replica["node_id"], str):
+                legacy.setdefault(replica["node_id"], [])
+        records = []
+        on_head = {(t.topic_id, p) for t in self.topics.values() for p, part in enumerate(t.partitions)
+                   if any(r["node_id"] == head_node_id for r in part["replicas"])}
+        for old in sorted(legacy):
+            moves = {r["directory"]: _legacy_relative(r["directory"]) for r in legacy[old]}
+            for replica in self.pending_deletions.values():
+                if replica["node_id"] == old:
+                    moves[replica["directory"]] = _legacy_relative(replica["directory"])
+            parts = {(t.topic_id, p) for t in self.topics.values() for p, part in enumerate(t.partitions)
+                     if any(r["node_id"] == old for r in part["replicas"])}
+            if parts & on_head or any(moves[r["directory"]] is None or not exists(moves[r["directory"]])
+                                      for r in legacy[old]):
+                continue
+            on_head |= parts
+            records.append({"type": "legacy_node_adopted", "legacy_node_id": old, "node_id": head_node_id,
+                            "directories": {k: v for k, v in moves.items() if v is not None}})
+        return records
 
     # --- topics -----------------------------------------------------------------------------
 
@@ -153,6 +277,12 @@ class ControllerState:
         pending = [[p, r] for p, part in enumerate(topic.partitions) for r in part["replicas"] if unreachable(r)]
         return [{"type": "topic_deleted", "name": name, "topic_id": topic.topic_id, "pending": pending}], topic
 
+    def replica_removal_pending(self, name: str, partition: int, replica: dict) -> list[dict]:
+        """A replica dropped from its partition while its node was missing: its files go when the
+        node is back."""
+        return [{"type": "replica_removal_pending", "topic": name, "topic_id": self.topic(name).topic_id,
+                 "partition": partition, "replica": dict(replica)}]
+
     def replica_deleted(self, topic_id: str, partition: int, replica_id: int) -> list[dict]:
         if (topic_id, partition, replica_id) not in self.pending_deletions:
             return []
@@ -182,9 +312,11 @@ class ControllerState:
                 f"epoch {partition_epoch} is stale (leader {part['leader']}, epochs {part['leader_epoch']}/"
                 f"{part['partition_epoch']})")
         ids = set(replica_ids(part))
-        isr = sorted(set(new_isr) & ids | {leader_id})
+        eligible = self._eligible(part)
+        # A replica on a draining node may stay in the ISR but not join it (KIP-841's fenced brokers).
+        isr = sorted({r for r in set(new_isr) & ids if r in part["isr"] or eligible(r)} | {leader_id})
         state = copy.deepcopy(part)
-        state["isr"] = isr
+        self._set_isr(name, state, isr)
         state["partition_epoch"] += 1
         if state["adding"] and set(state["adding"]) <= set(isr):
             state = self._complete_reassignment(state, alive)
@@ -194,6 +326,7 @@ class ControllerState:
         removing = set(state["removing"])
         state["replicas"] = [r for r in state["replicas"] if r["replica_id"] not in removing]
         state["isr"] = [r for r in state["isr"] if r not in removing]
+        state["elr"] = [r for r in state.get("elr", []) if r not in removing]
         state["adding"], state["removing"] = [], []
         if state["leader"] in removing:
             leader = next((r for r in replica_ids(state) if r in state["isr"] and alive(r)), NO_LEADER)
@@ -201,31 +334,68 @@ class ControllerState:
             state["leader_epoch"] += 1
         return state
 
-    def elect_leader(self, name: str, partition: int, alive: Callable[[int], bool], unclean: bool,
-                     preferred: bool = False) -> tuple[list[dict], dict | None]:
-        """Elect the first live ISR member in replica order (the preferred replica only, with
-        ``preferred``). With no live ISR member: the first live replica if ``unclean``, else the
-        partition goes offline (leader -1). Returns no records when nothing changes."""
-        part = self.partition(name, partition)
-        order = replica_ids(part)
-        if preferred:
-            candidates = [order[0]] if order[0] in part["isr"] and alive(order[0]) else []
+    def _min_isr(self, name: str) -> int:
+        return int(self.topics[name].config.get("min_insync_replicas", 1))
+
+    def _set_isr(self, name: str, state: dict, isr: list[int]) -> None:
+        """Install a new ISR and keep the ELR (KIP-966's eligible leader replicas) with it. A member
+        that leaves while the ISR is below min_insync_replicas joins the ELR: from then on the high
+        watermark cannot move (a leader advances it only with min_insync_replicas in sync,
+        actors/replica_state.py), so it holds every committed record and may be elected cleanly.
+        Once the ISR is back at the minimum the ELR is emptied (new records commit without them)."""
+        isr = list(isr)
+        elr = [r for r in state.get("elr", []) if r not in isr]
+        if len(isr) < self._min_isr(name):
+            elr += [r for r in state["isr"] if r not in isr and r not in elr]
         else:
-            candidates = [r for r in order if r in part["isr"] and alive(r)]
-        state = copy.deepcopy(part)
+            elr = []
+        state["isr"], state["elr"] = isr, elr
+
+    def _candidates(self, state: dict, alive: Callable[[int], bool]) -> list[int]:
+        """Who may lead cleanly, best first: live ISR members in replica order, else live ELR
+        members; a draining node's only when no other can."""
+        order = replica_ids(state)
+        eligible = self._eligible(state)
+        for pool in (state["isr"], state.get("elr", [])):
+            live = [r for r in order if r in pool and alive(r)]
+            if live:
+                return [r for r in live if eligible(r)] or live
+        return []
+
+    def _elect(self, name: str, state: dict, alive: Callable[[int], bool], unclean: bool) -> int:
+        """The partition's next leader in ``state`` (NO_LEADER when nobody may lead): a clean
+        candidate, else with ``unclean`` the first live replica, whose log becomes the truth. The new
+        leader's ISR keeps the members running now; the others leave it (into the ELR when that
+        leaves it below the minimum). While nobody leads, ISR and ELR stay as they are."""
+        candidates = self._candidates(state, alive)
         if candidates:
             leader = candidates[0]
-        elif preferred:
+            self._set_isr(name, state, sorted({r for r in state["isr"] if alive(r)} | {leader}))
+            return leader
+        live = [r for r in replica_ids(state) if alive(r)]
+        if unclean and live:
+            state["isr"], state["elr"] = [live[0]], []  # the others truncate to it
+            return live[0]
+        return NO_LEADER
+
+    def elect_leader(self, name: str, partition: int, alive: Callable[[int], bool], unclean: bool,
+                     preferred: bool = False) -> tuple[list[dict], dict | None]:
+        """Elect the first live ISR member in replica order, else an ELR member (the preferred
+        replica only, with ``preferred``: alive, in sync and eligible). With no clean candidate: the
+        first live replica if ``unclean``, else the partition goes offline (leader -1) keeping its ISR
+        and ELR, so their members are elected as they return. No records when nothing changes."""
+        part = self.partition(name, partition)
+        state = copy.deepcopy(part)
+        if preferred:
+            first = replica_ids(part)[0]
+            if not (first in part["isr"] and alive(first) and self._eligible(part)(first)):
+                return [], None
+            leader = first
+            self._set_isr(name, state, [r for r in part["isr"] if alive(r)])
+        elif part["leader"] != NO_LEADER and alive(part["leader"]):
             return [], None
-        elif unclean:
-            live = [r for r in order if alive(r)]
-            if not live:
-                leader = NO_LEADER
-            else:
-                leader = live[0]
-                state["isr"] = [leader]  # its log is the truth now; the others truncate to it
         else:
-            leader = NO_LEADER
+            leader = self._elect(name, state, alive, unclean)
         if leader == part["leader"] and (leader == NO_LEADER or alive(leader)):
             return [], None
         state["leader"] = leader
@@ -233,55 +403,70 @@ class ControllerState:
         state["partition_epoch"] += 1
         return [self._changed(name, partition, state)], state
 
-    def replicas_lost(self, name: str, partition: int, lost: set[int], alive: Callable[[int], bool],
-                      unclean: bool) -> tuple[list[dict], dict | None]:
-        """Replicas died (their actor or node): they leave the ISR at once (so acks='all' does
-        not wait replica_lag_time_max_ms for them), and a new leader is elected if the leader
-        was among them. The ISR keeps at least its last member, as Kafka's ELR does, so a
-        partition whose every replica died elects that member cleanly when it returns."""
+    def move_leaders_off(self, name: str, partition: int, node_id: int, alive: Callable[[int], bool]
+                         ) -> tuple[list[dict], dict | None]:
+        """Controlled shutdown of ``node_id`` for one partition: leadership moves to another live,
+        eligible in-sync replica, and the node's replica leaves the ISR while at least one other
+        member stays (so acks='all' never waits for a node about to stop). No records when the
+        partition has no replica there, or nothing can move (its only in-sync replica is there)."""
         part = self.partition(name, partition)
-        isr = [r for r in part["isr"] if r not in lost] or part["isr"][:1]
+        there = [r["replica_id"] for r in part["replicas"] if r["node_id"] == node_id]
+        if not there:
+            return [], None
+        rid = there[0]
+        eligible = self._eligible(part)
+        others = [r for r in replica_ids(part) if r != rid and r in part["isr"] and alive(r) and eligible(r)]
         state = copy.deepcopy(part)
-        changed = isr != part["isr"]
-        state["isr"] = isr
-        if part["leader"] in lost or part["leader"] == NO_LEADER:
-            order = replica_ids(part)
-            candidates = [r for r in order if r in isr and alive(r)]
-            if candidates:
-                leader = candidates[0]
-            elif unclean and any(alive(r) for r in order):
-                leader = next(r for r in order if alive(r))
-                state["isr"] = [leader]
-            else:
-                leader = NO_LEADER
-            if leader != part["leader"]:
-                state["leader"] = leader
-                state["leader_epoch"] += 1
-                changed = True
-        if not changed:
+        if part["leader"] == rid:
+            if not others:
+                return [], None
+            state["leader"] = others[0]
+            state["leader_epoch"] += 1
+        if rid in state["isr"] and others:
+            self._set_isr(name, state, [r for r in state["isr"] if r != rid])
+        if state == part:
             return [], None
         state["partition_epoch"] += 1
         return [self._changed(name, partition, state)], state
 
-    def reassign(self, name: str, partition: int, target: list[tuple[str, str]]) -> tuple[list[dict], dict]:
-        """Move the partition to ``target`` nodes (the first preferred): new replicas are added
-        and catch up; the old ones go once every new one is in the ISR (Kafka's KIP-455)."""
+    def replicas_lost(self, name: str, partition: int, lost: set[int], alive: Callable[[int], bool],
+                      unclean: bool) -> tuple[list[dict], dict | None]:
+        """Replicas died (their actor or node): they leave the ISR at once (so acks='all' does
+        not wait replica_lag_time_max_ms for them; into the ELR if that leaves the ISR below
+        min_insync_replicas), and a new leader is elected if the leader was among them. The ISR
+        keeps at least its last member, so a partition whose every replica died elects that
+        member, or an ELR member, cleanly when it returns."""
+        part = self.partition(name, partition)
+        state = copy.deepcopy(part)
+        self._set_isr(name, state, [r for r in part["isr"] if r not in lost] or part["isr"][:1])
+        if part["leader"] in lost or part["leader"] == NO_LEADER:
+            leader = self._elect(name, state, lambda r: r not in lost and alive(r), unclean)
+            if leader != part["leader"]:
+                state["leader"] = leader
+                state["leader_epoch"] += 1
+        if state == part:
+            return [], None
+        state["partition_epoch"] += 1
+        return [self._changed(name, partition, state)], state
+
+    def reassign(self, name: str, partition: int, nodes: list[int]) -> tuple[list[dict], dict]:
+        """Move the partition to ``nodes`` (the first preferred): new replicas are added and catch
+        up; the old ones go once every new one is in the ISR (Kafka's KIP-455)."""
         part = self.partition(name, partition)
         if part["adding"]:
             raise InvalidConfigError(f"{name}-{partition} is already being reassigned")
-        nodes = [node for node, _ in target]
         if len(set(nodes)) != len(nodes) or not nodes:
             raise InvalidReplicationFactorError(f"a reassignment needs distinct nodes, got {nodes}")
         by_node = {r["node_id"]: r for r in part["replicas"]}
         next_id = max(replica_ids(part)) + 1
         state = copy.deepcopy(part)
         new_replicas, adding = [], []
-        for node, root in target:
+        for node in nodes:
             if node in by_node:
                 new_replicas.append(by_node[node])
             else:
                 replica = {"replica_id": next_id, "node_id": node,
-                           "directory": partition_path(root, name, self.topics[name].topic_id, partition)}
+                           "directory": partition_path(name, self.topics[name].topic_id, partition)}
                 next_id += 1
                 new_replicas.append(replica)
                 adding.append(replica["replica_id"])
@@ -322,6 +507,25 @@ class ControllerState:
                                                                                         "topic": record["name"]}
         elif kind == "replica_deleted":
             self.pending_deletions.pop((record["topic_id"], record["partition"], record["replica_id"]), None)
+        elif kind == "replica_removal_pending":
+            replica = record["replica"]
+            self.pending_deletions[(record["topic_id"], record["partition"], replica["replica_id"])] = {
+                **replica, "topic": record["topic"]}
+        elif kind == "cluster_created":
+            self.cluster_id = record["cluster_id"]
+            self.head_node_id = record["head_node_id"]
+        elif kind == "node_registered":
+            node = self.nodes.setdefault(record["node_id"], NodeState(record["node_id"]))
+            node.host, node.data_dir = record["host"], record["data_dir"]
+        elif kind == "node_draining":
+            node = self.nodes[record["node_id"]]
+            node.draining, node.drained_session = record["draining"], record.get("session", "")
+        elif kind == "legacy_node_adopted":
+            old, new, moves = record["legacy_node_id"], record["node_id"], record["directories"]
+            replicas = [r for t in self.topics.values() for part in t.partitions for r in part["replicas"]]
+            for r in [*replicas, *self.pending_deletions.values()]:
+                if r["node_id"] == old:
+                    r["node_id"], r["directory"] = new, moves.get(r["directory"], r["directory"])
         else:
             raise ValueError(f"unknown metadata record type {kind!r}")
 

@@ -89,8 +89,11 @@ METRICS = (
                "Leader changes the controller committed (offline transitions included)."),
     MetricSpec("controller_events", "counter", "raylog_controller_events", "events", EVENT_TAGS,
                "Controller events by kind (tag event): election, partition_offline, isr_shrink, isr_expand, "
-               "reassignment_started, reassignment_completed, replica_died, replica_fenced, node_lost, "
-               "topic_created, topic_deleted, partitions_added."),
+               "reassignment_started, reassignment_completed, replica_died, replica_fenced, node_registered, "
+               "node_missing, node_lost, node_refused, topic_created, topic_deleted, partitions_added."),
+    MetricSpec("nodes", "gauge", "raylog_nodes", "nodes", ("state",),
+               "Registered nodes by state (tag state): alive, registered (running, replicas still starting), "
+               "missing."),
     # group coordinators
     MetricSpec("group_members", "gauge", "raylog_group_members", "members", GROUP_TAGS,
                "Members of the consumer group."),
@@ -213,7 +216,7 @@ class ControllerMetrics:
 
     def __init__(self) -> None:
         if not enabled():
-            _disable(self, "event", "election", "partition", "forget")
+            _disable(self, "event", "election", "partition", "forget", "nodes")
             return
         self._m = declared()
         self._last: dict[tuple, tuple] = {}
@@ -233,6 +236,13 @@ class ControllerMetrics:
         self._m.isr_size.set(isr_size, tags)
         self._m.under_replicated.set(int(under_replicated), tags)
         self._m.offline.set(int(offline), tags)
+
+    def nodes(self, by_state: dict[str, int]) -> None:
+        for state in ("alive", "registered", "missing"):
+            value = by_state.get(state, 0)
+            if self._last.get(("nodes", state)) != value:
+                self._last[("nodes", state)] = value
+                self._m.nodes.set(value, {"state": state})
 
     def forget(self, topic: str, partition: int) -> None:
         """A deleted partition: its gauges go to 0 (Ray keeps exporting a gauge's last value)."""

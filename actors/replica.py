@@ -70,6 +70,7 @@ from raylog.naming import CONTROLLER_ACTOR_NAME
 from raylog import produce_channel
 from raylog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from raylog.storage import files
+from raylog.storage.dir_lock import DirectoryLock
 from raylog.storage.batch import HEADER_SIZE, NO_PRODUCER_ID, RecordBatch, iter_batches
 from raylog.storage.leader_epoch import UNDEFINED_EPOCH, LeaderEpochCache
 from raylog.storage.log import PartitionLog, wall_clock_ms
@@ -97,6 +98,9 @@ FOLLOWER_BACKOFF_S = (0.05, 1.0)
 LEASE_MARGIN_MS = 1000
 """A leader's lease ends this much (at most a tenth of the session) before the controller could fence
 it: room for the two clocks' rates and the fencing check's own period."""
+DIRECTORY_LOCK_WAIT_S = 60.0
+"""How long a starting replica waits for the previous process of its directory to exit (Ray ends the
+processes of a removed node within about 15 s here) before it fails to start, and is started again."""
 PARTITION_METADATA_HEADER = "raylog-partition 1"
 TOPIC_CONFIG_HEADER = "raylog-topic-config 1"
 
@@ -119,6 +123,10 @@ class PartitionReplica:
         self.topic_id = topic_id
         self.cluster = ClusterConfig(**(cluster or {}))
         self._claim_directory()
+        # The previous process of this replica may still be writing here: a zombie of a removed Ray
+        # node runs for seconds after the node's restart brought this one up. Its lock goes with it.
+        self._directory_lock = DirectoryLock(directory, "the replica's previous process has not exited")
+        self._directory_lock.acquire(timeout_s=DIRECTORY_LOCK_WAIT_S)
         # Ray restarts an actor with its creation arguments: a config altered since is on disk.
         saved = _read_saved_config(directory)
         if saved is not None and saved[0] > config_version:
@@ -143,6 +151,7 @@ class PartitionReplica:
         hw = files.read_checkpoint(self.log.directory / files.HIGH_WATERMARK_FILE)
         self.state = ReplicaState(replica_id, self.log.log_start_offset, self.log.log_end_offset,
                                   hw if hw is not None else self.log.log_start_offset, wall_clock_ms)
+        self.state.min_insync_replicas = self.config.min_insync_replicas
         # The page readers on this node read the segments by (local_reader.py): published on every
         # wake (new high watermark, new state), around every change of files, and on heartbeats.
         self._view = ReadViewWriter(directory)
@@ -352,6 +361,7 @@ class PartitionReplica:
         self.config = new
         self._config_version = version
         self.log.reconfigure(new)
+        self.state.min_insync_replicas = new.min_insync_replicas
         logger.info("%s-%d replica %d: topic config version %d applied", self.topic, self.partition,
                     self.replica_id, version)
         if compaction_starts:
@@ -413,7 +423,7 @@ class PartitionReplica:
 
         return {
             "topic": self.topic, "partition": self.partition, "replica_id": self.replica_id,
-            "topic_id": self.topic_id, "pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id(),
+            "topic_id": self.topic_id, "pid": os.getpid(), "ray_node_id": ray.get_runtime_context().get_node_id(),
             "directory": self.directory, "role": self.state.role, "leader_id": self.state.leader_id,
             "leader_epoch": self.state.leader_epoch, "partition_epoch": self.state.partition_epoch,
             "isr": sorted(self.state.isr), "log_start_offset": self.log.log_start_offset,
@@ -1058,6 +1068,7 @@ class PartitionReplica:
         await self._close_channel()
         self._view.close()
         self.log.close()
+        self._directory_lock.release()
 
     async def _close_channel(self) -> None:
         if self._channel is not None:
@@ -1076,6 +1087,7 @@ class PartitionReplica:
         # Only if the directory is still this topic's: a new topic of the same name may own the path now.
         if files.read_text_value(Path(self.directory) / files.PARTITION_METADATA_FILE) in (None, self.topic_id):
             shutil.rmtree(self.directory, ignore_errors=True)
+        self._directory_lock.release()
 
 
 def _error_fields(exc: RaylogError) -> list:

@@ -21,6 +21,9 @@ Kafka's model (ReplicaManager, Partition, Replica):
   leader's log end makes the follower caught up now; a fetch at or past where
   the leader's log ended at the follower's previous fetch makes it caught up
   as of that previous fetch.
+- The high watermark moves only while the ISR holds at least ``min_insync_replicas`` (KIP-966):
+  a member that leaves an ISR below that minimum then holds every committed record, so the
+  controller may elect it (its *eligible leader replicas*) when no ISR member is left.
 - A **follower** keeps its high watermark at min(the leader's, its own end).
 
 Invariant: log_start_offset <= high_watermark <= log_end_offset (the leader's own).
@@ -53,6 +56,8 @@ class ReplicaState:
         self.high_watermark = max(log_start_offset, min(high_watermark, log_end_offset))
         self.epoch_start_offset = log_end_offset
         """Where the current leader epoch began (the leader's log end when it was elected)."""
+        self.min_insync_replicas = 1
+        """The topic's: below it in the ISR, the high watermark stays where it is."""
         self.follower_end: dict[int, int] = {}
         self.caught_up_ms: dict[int, int] = {}
         self._last_fetch_leader_end: dict[int, int] = {}
@@ -163,7 +168,7 @@ class ReplicaState:
         return min(times) + lag_time_max_ms + 1 if times and self.role == LEADER else None
 
     def _advance(self) -> bool:
-        if self.role != LEADER:
+        if self.role != LEADER or len(self.isr) < self.min_insync_replicas:
             return False
         ends = [self.log_end_offset]
         for r in self.maximal_isr():

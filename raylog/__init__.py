@@ -54,7 +54,7 @@ _EXPORTS.update({name: "raylog.errors" for name in (
     "NonEmptyGroupError", "CoordinatorNotAvailableError", "OutOfOrderSequenceError", "ActorCallError",
     "DuplicateSequenceError", "OffsetNotAvailableError", "KafkaStorageError", "InvalidRequestError",
     "ControllerNotAvailableError", "ClusterNotAvailableError", "TopicCreationIncompleteError",
-    "KafkaError", "NoBrokersAvailable",
+    "KafkaError", "NoBrokersAvailable", "LogDirError", "InconsistentClusterIdError", "DataDirectoryInUseError",
 )})
 
 _ALIASES = {"KafkaProducer": "Producer", "KafkaConsumer": "Consumer", "KafkaAdminClient": "AdminClient"}

@@ -188,8 +188,21 @@ class AdminClient:
             self._cluster.metadata.invalidate(name)
 
     def describe_cluster(self) -> dict:
-        """Where the controller runs (Ray's head node), and the live nodes with their replica counts."""
+        """The cluster id, where the controller runs (Ray's head node), and every registered node:
+        ``node_id`` (raylog's, stable across restarts), ``state`` (``alive``; ``registered``: running,
+        replicas still starting; ``missing``: not running, for ``missing_ms``, ``lost`` past
+        node_lost_timeout_ms), ``ray_node_id`` this session, ``host``, ``data_dir``, ``draining``, and
+        its ``replicas``, ``leaders`` and ``preferred_leaders``."""
         return self._call(self._controller.describe_cluster.remote())
+
+    def drain_node(self, node_id: int, cancel: bool = False) -> dict:
+        """Kafka's controlled shutdown, before stopping a node: leadership moves off it and its
+        replicas leave the ISRs (it takes none and joins none until it restarts). Returns
+        ``can_stop`` (it leads nothing), ``leaders`` and ``blocked`` (partitions whose only in-sync
+        replica is there: offline while it is down) and ``in_isr``. ``cancel`` ends a drain."""
+        if not isinstance(node_id, int) or isinstance(node_id, bool):
+            raise InvalidConfigError(f"node_id must be an int (describe_cluster lists them), got {node_id!r}")
+        return self._call(self._controller.drain_node.remote(node_id, bool(cancel)))
 
     def list_topics(self, include_internal: bool = False) -> list[str]:
         """Topic names, without raylog's internal ones (__consumer_offsets) unless asked, as Kafka's
@@ -335,7 +348,7 @@ class AdminClient:
 
     def describe_partitions(self, topic: str) -> list[dict]:
         """Per partition: leader, replicas (node, alive), ISR, epochs, ``offline`` and
-        ``under_replicated``, and the leader replica's own view (node_id, pid, directory, offsets,
+        ``under_replicated``, and the leader replica's own view (ray_node_id, pid, directory, offsets,
         high watermark, size, log counters). An offline partition or an unreachable leader gives
         ``leader_error`` instead of the leader's view, never an error for the whole topic."""
         validate_topic_name(topic)
@@ -387,10 +400,14 @@ class AdminClient:
             self._cluster.metadata.invalidate(name)
         return [TopicPartition(t, p) for t, p in moved]
 
-    def alter_partition_reassignments(self, reassignments: Mapping[TopicPartition, list[str]]) -> dict:
-        """Move partitions to the given Ray node ids (the first becomes the preferred leader). New
-        replicas copy the log and join the ISR before the old ones are dropped."""
-        request = {(validate_topic_name(tp[0]), int(tp[1])): list(nodes) for tp, nodes in reassignments.items()}
+    def alter_partition_reassignments(self, reassignments: Mapping[TopicPartition, list[int]]) -> dict:
+        """Move partitions to the given node ids (describe_cluster's; the first becomes the preferred
+        leader). New replicas copy the log and join the ISR before the old ones are dropped."""
+        request = {}
+        for tp, nodes in reassignments.items():
+            if not all(isinstance(n, int) and not isinstance(n, bool) for n in nodes):
+                raise InvalidConfigError(f"reassignment of {tp}: node ids are ints (describe_cluster), got {nodes!r}")
+            request[(validate_topic_name(tp[0]), int(tp[1]))] = list(nodes)
         result = self._call(self._controller.reassign_partitions.remote(request))
         for name, _ in request:
             self._cluster.metadata.invalidate(name)

@@ -82,7 +82,7 @@ class Cluster:
         from raylog.errors import TopicAlreadyExistsError
 
         admin = self.admin()
-        live = len(admin.describe_cluster().get("nodes", ())) or 1
+        live = sum(n["state"] != "missing" for n in admin.describe_cluster().get("nodes", ())) or 1
         try:
             admin.create_topic(topic, self.config.num_partitions, min(self.config.default_replication_factor, live))
             logger.info("event=auto_create_topic topic=%s partitions=%d", topic, self.config.num_partitions)
@@ -182,13 +182,13 @@ def _controller(config: ClusterConfig):
     except ValueError:
         pass
     from actors.controller import Controller  # the one place a client starts an actor: bootstrap
-    from placement.nodes import head_node_id, pinned
+    from placement.nodes import head_ray_node_id, pinned
 
     # On the head node: its loss ends the Ray cluster anyway, so the metadata log there is lost only
     # with the cluster, never with a worker node.
     return ray.remote(Controller).options(
         name=CONTROLLER_ACTOR_NAME, namespace=config.namespace, lifetime="detached", get_if_exists=True,
-        num_cpus=0, max_restarts=-1, max_task_retries=-1, scheduling_strategy=pinned(head_node_id()),
+        num_cpus=0, max_restarts=-1, max_task_retries=-1, scheduling_strategy=pinned(head_ray_node_id()),
     ).remote(asdict(config))
 
 

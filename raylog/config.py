@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import difflib
 import logging
 import re
 from dataclasses import dataclass
@@ -295,8 +294,9 @@ class ClusterConfig:
     namespace: str = "raylog"
     """Ray namespace of every raylog actor, so any driver finds them by name."""
     data_root: str = "~/.raylog/data"
-    """Root under which each node gets ``node-<node id>/`` for its partitions; the
-    controller's metadata log lives under ``controller/`` on the head node."""
+    """Each node's data directory unless the node says otherwise (its ``raylog.io/data-dir`` label
+    or RAYLOG_DATA_DIR: placement/nodes.py): its identity (meta.properties) and its partitions; the
+    head node's also holds the controller's metadata log under ``controller/``."""
     replica_max_restarts: int = -1
     """How often Ray restarts a crashed replica on its node (-1 = forever)."""
     request_timeout_ms: int = 30_000
@@ -314,10 +314,16 @@ class ClusterConfig:
     raylog checks sooner because Ray nodes come and go more often than brokers."""
     node_check_interval_ms: int = 1_000
     """How often the controller asks Ray which nodes are alive (one call to Ray's GCS)."""
-    replica_reassign_after_ms: int = 0
-    """A replica whose Ray node is gone for this long moves to a live node without a replica of its
-    partition, as soon as one exists. A Ray node id never comes back (a restarted node is a new node),
-    so waiting buys nothing unless nodes are named (see placement/nodes.py); -1 never moves."""
+    node_lost_timeout_ms: int = 10 * 60 * 1000
+    """A node missing (its Ray node stopped, or not back after a restart) for this long is lost: each
+    of its replicas is re-created on a live node without a replica of its partition, copied from
+    the partition's leader (a partition with no leader, as an RF=1 one on that node, stays offline:
+    it is never re-created empty). Until then the node's replicas wait for it, and a node that comes
+    back with its disk recovers them in place and copies only what it missed. 10 minutes: a reboot,
+    ``ray stop``/``ray start`` or a KubeRay pod rescheduled onto its volume takes 1-5 minutes, and
+    moving replicas copies whole logs and throws away the returning node's copies (Kafka waits for
+    an operator; Redpanda's partition_autobalancing_node_availability_timeout_sec is 15 minutes).
+    -1 never moves them."""
     offsets_topic_num_partitions: int = 8
     """Partitions of ``__consumer_offsets`` (one group coordinator actor each). Kafka: 50."""
     log_cleaner_dedupe_buffer_size: int = 16 * 1024 * 1024
@@ -366,7 +372,7 @@ class ClusterConfig:
         _check(isinstance(self.auto_leader_rebalance_enable, bool), "auto_leader_rebalance_enable must be a bool")
         _check_int(self, "leader_imbalance_check_interval_ms", 1)
         _check_int(self, "node_check_interval_ms", 10)
-        _check_int(self, "replica_reassign_after_ms", -1)
+        _check_int(self, "node_lost_timeout_ms", -1)
         _check_int(self, "offsets_topic_num_partitions", 1)
         _check_int(self, "log_cleaner_dedupe_buffer_size", 1024)
         _check_int(self, "log_page_cache_window_bytes", 0)

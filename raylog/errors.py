@@ -190,7 +190,17 @@ class OffsetNotAvailableError(RaylogError):
 
 
 class LogDirError(RaylogError):
-    """The partition's directory cannot be opened, written or recovered."""
+    """A data directory (a node's, or a partition's) cannot be opened, written or recovered."""
+
+
+class InconsistentClusterIdError(LogDirError):
+    """A node's data directory belongs to another cluster (its meta.properties names another cluster
+    id): it is refused, never mixed in (Kafka's INCONSISTENT_CLUSTER_ID)."""
+
+
+class DataDirectoryInUseError(LogDirError):
+    """Another live process holds the directory's lock: two Ray nodes configured with one data
+    directory, or a replica whose previous process has not exited yet."""
 
 
 class KafkaStorageError(RaylogError):

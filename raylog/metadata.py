@@ -74,8 +74,10 @@ class Metadata:
             raise InvalidPartitionError(f"topic {topic!r} has partitions 0..{len(leaders) - 1}, not {partition!r}")
         handle = leaders[partition]
         if handle is None:
+            reason = self.topic(topic).description.partitions[partition].offline_reason
             self.invalidate(topic)
-            raise LeaderNotAvailableError(f"{topic}-{partition} has no leader now (no in-sync replica is alive)")
+            raise LeaderNotAvailableError(f"{topic}-{partition} has no leader now: "
+                                          f"{reason or 'an election is under way'}")
         return handle
 
     def leader_epoch(self, topic: str, partition: int) -> int:

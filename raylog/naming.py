@@ -46,12 +46,13 @@ def partition_dir_name(topic: str, partition: int) -> str:
     return f"{validate_topic_name(topic)}-{partition}"
 
 
-def partition_path(node_root: str, topic: str, topic_id: str, partition: int) -> str:
-    """``<node dir>/<topic id, 8 hex>/<topic>-<partition>``: each incarnation of a topic name gets its
-    own directory, so deleting one never races with creating the next (Kafka renames a deleted
-    log directory to ``.<id>-delete`` for the same reason), and each path component stays within
-    the 255-byte file name limit that bounds topic names to 249 characters."""
-    return f"{node_root}/{topic_id[:8]}/{partition_dir_name(topic, partition)}"
+def partition_path(topic: str, topic_id: str, partition: int) -> str:
+    """``<topic id, 8 hex>/<topic>-<partition>``, relative to the node's data directory: each
+    incarnation of a topic name gets its own directory, so deleting one never races with creating
+    the next (Kafka renames a deleted log directory to ``.<id>-delete`` for the same reason), and
+    each path component stays within the 255-byte file name limit that bounds topic names to 249
+    characters."""
+    return f"{topic_id[:8]}/{partition_dir_name(topic, partition)}"
 
 
 def replica_actor_name(topic: str, topic_id: str, partition: int, replica_id: int) -> str:
@@ -62,6 +63,11 @@ def replica_actor_name(topic: str, topic_id: str, partition: int, replica_id: in
 OFFSETS_TOPIC = "__consumer_offsets"
 """The internal compacted topic holding consumer groups' metadata and committed offsets (Kafka's name)."""
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+
+
+def node_agent_actor_name(ray_node_id: str) -> str:
+    """The node agent of one Ray node (for this Ray session: a restarted node gets a new one)."""
+    return f"raylog-node-agent/{ray_node_id}"
 
 
 def coordinator_actor_name(partition: int) -> str:

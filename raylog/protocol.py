@@ -40,11 +40,15 @@ class FetchResponse(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class ReplicaAssignment:
-    """One replica of a partition: the node it is pinned to and its directory there."""
+    """One replica of a partition: the node it lives on and its directory there."""
 
-    node_id: str
+    node_id: int
+    """The raylog node id (stable across restarts)."""
     directory: str
+    """Absolute where its node runs now; relative to the node's data directory while it is missing."""
     replica_id: int = 0
+    ray_node_id: str = ""
+    """The Ray node its node runs on this session ("" while missing): what same-node readers compare."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +64,8 @@ class PartitionInfo:
     isr: tuple[int, ...] = ()
     """Replica ids of the in-sync replicas."""
     partition_epoch: int = 0
+    offline_reason: str = ""
+    """Why an offline partition has no leader, and what brings it back."""
 
     @property
     def offline(self) -> bool:

@@ -97,12 +97,13 @@ class Session:
         if stopper.is_alive():
             log.warning("raydp.stop_spark() did not return within %.0fs; killing Spark's JVM and RayDP's actors",
                         timeout_s)
-            _force_stop(self.spark)
+            _kill_raydp_actors()
+        _end_driver_jvm(self.spark)
 
 
-def _force_stop(spark) -> None:
-    """Kill the driver's JVM and RayDP's app master actor (its executors are Java actors it owns,
-    so Ray ends them with it), and forget the session so a new one can start."""
+def _kill_raydp_actors() -> None:
+    """Kill RayDP's app master actor (its executors are Java actors it owns, so Ray ends them with
+    it) and its placement group."""
     from raydp import context as raydp_context
 
     context = raydp_context._global_spark_context
@@ -113,15 +114,30 @@ def _force_stop(spark) -> None:
             ray.kill(master, no_restart=True)
         except Exception:  # noqa: BLE001 - already dead
             pass
-    proc = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
-    if proc is not None:
-        proc.kill()
     placement_group = getattr(context, "_placement_group", None)
     if placement_group is not None:
         ray.util.remove_placement_group(placement_group)
+
+
+def _end_driver_jvm(spark) -> None:
+    """End the driver's JVM and forget it, so the next session starts a new one. pyspark would keep
+    the gateway JVM for the next SparkContext, but RayDP connected that JVM to this Ray cluster,
+    which the process may shut down and replace (a whole-cluster restart), and a JVM that hung in
+    stop_spark must go anyway."""
+    from raydp import context as raydp_context
+
+    gateway = getattr(spark.sparkContext, "_gateway", None)
+    if gateway is not None:
+        try:
+            gateway.shutdown()  # its connections and callback server first, so no call is cut mid-way
+        except Exception:  # noqa: BLE001 - the JVM is gone already
+            pass
+        proc = getattr(gateway, "proc", None)
+        if proc is not None:
+            proc.kill()
+            proc.wait()
     raydp_context._global_spark_context = None
     raydp_context._reset_pyspark_singletons()
-    # pyspark keeps the dead gateway in class attributes; a new session needs a new JVM.
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 

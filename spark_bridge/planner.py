@@ -103,8 +103,9 @@ class SparkPlanner:
                                                   _from_json(json.loads(end))))
 
     def leader(self, topic: str, partition: int) -> str:
-        """{"name": the leader replica's actor name, "host": its node's address, "node_id",
-        "epoch" (its leader epoch), "directory" (its partition directory, for reads on its node)}."""
+        """{"name": the leader replica's actor name, "host": its node's address, "ray_node_id" (the Ray
+        node it runs on), "epoch" (its leader epoch), "directory" (its partition directory, for reads
+        on its node)}."""
         return _answer(lambda: self._leader(topic, int(partition), refresh=True))
 
     def partition_count(self, topic: str) -> str:
@@ -190,10 +191,11 @@ class SparkPlanner:
         leader = info[partition].leader
         if leader is None:
             md.invalidate(topic)
-            return {"name": "", "host": "", "node_id": "", "epoch": -1, "directory": ""}
+            return {"name": "", "host": "", "ray_node_id": "", "epoch": -1, "directory": ""}
         epoch = info[partition].leader_epoch
-        return {"name": info[partition].actor_name, "host": self._host(leader.node_id), "node_id": leader.node_id,
-                "epoch": epoch, "directory": self._directory(topic, partition, epoch)}
+        return {"name": info[partition].actor_name, "host": self._host(leader.ray_node_id),
+                "ray_node_id": leader.ray_node_id, "epoch": epoch,
+                "directory": self._directory(topic, partition, epoch)}
 
     def _directory(self, topic: str, partition: int, epoch: int) -> str:
         """The leader's partition directory, where a task on its node reads the segments
@@ -207,11 +209,11 @@ class SparkPlanner:
                 return ""
         return self._directories[key]
 
-    def _host(self, node_id: str) -> str:
-        if node_id not in self._hosts or time.monotonic() - self._hosts_at > NODE_CACHE_S:
+    def _host(self, ray_node_id: str) -> str:
+        if ray_node_id not in self._hosts or time.monotonic() - self._hosts_at > NODE_CACHE_S:
             self._hosts = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
             self._hosts_at = time.monotonic()
-        return self._hosts.get(node_id, "")
+        return self._hosts.get(ray_node_id, "")
 
 
 def ensure_planner(namespace: str):

@@ -59,10 +59,10 @@ def _partitions_parser(sub) -> None:
     elect.add_argument("topic", nargs="?", default=None)
     elect.add_argument("--partition", type=int, default=None)
     elect.add_argument("--json", action="store_true")
-    reassign = psub.add_parser("reassign", help="move a partition's replicas to these Ray node ids")
+    reassign = psub.add_parser("reassign", help="move a partition's replicas to these node ids")
     reassign.add_argument("topic")
     reassign.add_argument("partition", type=int)
-    reassign.add_argument("nodes", nargs="+")
+    reassign.add_argument("nodes", nargs="+", type=int)
     reassign.add_argument("--json", action="store_true")
     partitions.set_defaults(func=cmd_partitions)
 
@@ -173,6 +173,21 @@ def _consume_parser(sub) -> None:
     consume.set_defaults(func=cmd_consume)
 
 
+def _nodes_parser(sub) -> None:
+    from raylog.cli.admin_commands import cmd_nodes
+
+    nodes = sub.add_parser("nodes", help="registered nodes (alive, registered, missing); drain one before "
+                                         "stopping it (Kafka's controlled shutdown)")
+    nsub = nodes.add_subparsers(dest="action", required=True)
+    nsub.add_parser("list").add_argument("--json", action="store_true")
+    drain = nsub.add_parser("drain", help="move every leadership off NODE and take it out of the ISRs, then "
+                                          "say whether it can be stopped (exit 2 if some partition would go offline)")
+    drain.add_argument("node", type=int)
+    drain.add_argument("--cancel", action="store_true", help="end a drain without restarting the node")
+    drain.add_argument("--json", action="store_true")
+    nodes.set_defaults(func=cmd_nodes)
+
+
 def _top_parser(sub) -> None:
     from raylog.cli.top import cmd_top
 
@@ -188,7 +203,7 @@ def _top_parser(sub) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="raylog", description="raylog's command line: topics, configs, groups, "
-                                                                "produce, consume, top")
+                                                                "nodes, produce, consume, top")
     parser.add_argument("--address", default=os.environ.get("RAY_ADDRESS") or "auto",
                         help="Ray cluster address (default: RAY_ADDRESS, else auto: the cluster started on this machine)")
     parser.add_argument("--namespace", default="raylog")
@@ -197,8 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="show Ray's own messages (connection, raylet warnings, workers' output) on stderr")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_topics_parser, _configs_parser, _partitions_parser, _groups_parser, _produce_parser,
-                _consume_parser, _top_parser):
+    for add in (_topics_parser, _configs_parser, _partitions_parser, _groups_parser, _nodes_parser,
+                _produce_parser, _consume_parser, _top_parser):
         add(sub)
     return parser
 

@@ -1,5 +1,6 @@
-"""`raylog topics`, `partitions`, `configs` and `groups`: kafka-topics.sh, kafka-configs.sh,
-kafka-leader-election.sh and kafka-consumer-groups.sh over AdminClient."""
+"""`raylog topics`, `partitions`, `configs`, `groups` and `nodes`: kafka-topics.sh, kafka-configs.sh,
+kafka-leader-election.sh, kafka-consumer-groups.sh and kafka-broker-api's node listing and
+controlled shutdown, over AdminClient."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from raylog.records import TopicPartition
 
 
 def _replica_text(r: dict) -> str:
-    return f"{r['replica_id']}@{r['node_id'][:8]}{'' if r['alive'] else '(down)'}"
+    return f"{r['replica_id']}@node{r['node_id']}{'' if r['alive'] else '(down)'}"
 
 
 def partition_line(info: dict) -> str:
@@ -117,8 +118,47 @@ def cmd_partitions(args) -> int:
             emit_json([{"topic": t, "partition": p, "nodes": nodes} for (t, p), nodes in result.items()])
         else:
             for (topic, p), nodes in result.items():
-                print(f"{topic}-{p}: replicas now on {', '.join(n[:8] for n in nodes)} "
+                print(f"{topic}-{p}: replicas now on nodes {', '.join(map(str, nodes))} "
                       "(new replicas catch up before old ones are dropped)")
+    return 0
+
+
+# --- nodes ------------------------------------------------------------------------------------
+
+
+def node_rows(cluster: dict) -> list[list]:
+    return [[n["node_id"], n["state"] + (" (lost)" if n["lost"] else "") + (", draining" if n["draining"] else ""),
+             n["host"], n["data_dir"], n["replicas"], n["leaders"],
+             f"{n['missing_ms'] / 1000:.0f} s" if n["state"] == "missing" else ""]
+            for n in cluster["nodes"]]
+
+
+NODE_COLUMNS = ["NODE", "STATE", "HOST", "DATA DIR", "REPLICAS", "LEADERS", "MISSING FOR"]
+
+
+def cmd_nodes(args) -> int:
+    admin = connect(args).admin()
+    if args.action == "list":
+        cluster = admin.describe_cluster()
+        if args.json:
+            emit_json(cluster)
+        else:
+            print(f"cluster {cluster['cluster_id']}, controller on node {cluster['controller']['node_id']}")
+            print(table(NODE_COLUMNS, node_rows(cluster)))
+    elif args.action == "drain":
+        result = admin.drain_node(args.node, cancel=args.cancel)
+        stoppable = args.cancel or result["can_stop"]
+        if args.json:
+            emit_json(result)
+        elif args.cancel:
+            print(f"node {args.node}: drain cancelled; it may lead and join ISRs again")
+        elif result["can_stop"]:
+            print(f"node {args.node} leads no partition and is in {result['in_isr']} ISRs: it can be stopped")
+        else:
+            print(f"node {args.node} still leads {result['leaders']} partitions whose only in-sync replica it holds "
+                  f"({', '.join(f'{t}-{p}' for t, p in result['blocked'][:10])}): stopping it takes them offline "
+                  "until it is back")
+        return 0 if stoppable else 2
     return 0
 
 

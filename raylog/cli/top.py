@@ -1,6 +1,7 @@
 """`raylog top`: a live view of partitions and consumer group lag, redrawn every --interval.
 
-Per partition: leader, replicas, ISR, under-replicated/offline, log end offset, high watermark
+Per node: its state (alive, registered, missing), host, data directory, replicas and leaders. Per
+partition: leader, replicas, ISR, under-replicated/offline, log end offset, high watermark
 and produce records/s (the log end offset's change between two samples); per group and
 partition: committed offset, end and lag. On a terminal it redraws in place with ANSI escapes
 (alternate screen, as top) and quits on q or Ctrl-C; --once and --iterations N print plain frames
@@ -17,6 +18,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from raylog.cli.admin_commands import NODE_COLUMNS, node_rows
 from raylog.cli.common import connect, table
 from raylog.errors import RaylogError, UnknownTopicOrPartitionError
 
@@ -34,10 +36,12 @@ class Sample:
     partitions: dict[str, list[dict]] = field(default_factory=dict)
     groups: list[dict] = field(default_factory=list)
     """{group_id, state, member_count, partitions: [{topic, partition, committed, end_offset, lag}]}"""
+    cluster: dict = field(default_factory=dict)
+    """describe_cluster(): the registered nodes and their state."""
 
 
 def take_sample(admin, topics: list[str] | None, groups: list[str] | None) -> Sample:
-    sample = Sample(time.monotonic(), time.time())
+    sample = Sample(time.monotonic(), time.time(), cluster=admin.describe_cluster())
     for topic in topics if topics else admin.list_topics():
         try:
             sample.partitions[topic] = admin.describe_partitions(topic)
@@ -90,7 +94,7 @@ def render(sample: Sample, rates: dict, interval_s: float, hint: str = "") -> li
             leader = next((r for r in info["replicas"] if r["replica_id"] == info["leader"]), None)
             state = "OFFLINE" if info["offline"] else ("URP" if info["under_replicated"] else "")
             rows.append([topic, info["partition"],
-                         f"{info['leader']}@{leader['node_id'][:8]}" if leader else "none",
+                         f"{info['leader']}@node{leader['node_id']}" if leader else "none",
                          ",".join(str(r["replica_id"]) + ("" if r["alive"] else "!") for r in info["replicas"]),
                          ",".join(map(str, info["isr"])), state, info.get("log_end_offset"),
                          info.get("high_watermark"), _rate_text(rates.get((topic, info["partition"])))])
@@ -99,6 +103,8 @@ def render(sample: Sample, rates: dict, interval_s: float, hint: str = "") -> li
     lines = [f"raylog top  {stamp}  every {interval_s:g}s  topics {len(sample.partitions)}  partitions {len(rows)}  "
              f"under-replicated {urp}  offline {offline}  produce "
              f"{'-' if total_rate is None else _rate_text(total_rate)} rec/s{hint}", ""]
+    if sample.cluster:
+        lines += table(NODE_COLUMNS, node_rows(sample.cluster)).splitlines() + [""]
     lines += table(["TOPIC", "PART", "LEADER", "REPLICAS", "ISR", "STATE", "LOG-END", "HW", "REC/S"],
                    rows, right=frozenset({"REC/S"})).splitlines() if rows else ["no topics"]
     group_rows = [[g["group_id"], g["state"], g["member_count"], r["topic"], r["partition"], r["committed"],
@@ -112,7 +118,7 @@ def render(sample: Sample, rates: dict, interval_s: float, hint: str = "") -> li
 
 
 def _json_frame(sample: Sample, rates: dict) -> str:
-    return json.dumps({"time_ms": int(sample.wall * 1000), "topics": [
+    return json.dumps({"time_ms": int(sample.wall * 1000), "nodes": sample.cluster.get("nodes", []), "topics": [
         {"topic": topic, "partitions": [
             {"partition": i["partition"], "leader": i["leader"], "replicas": [r["replica_id"] for r in i["replicas"]],
              "isr": i["isr"], "under_replicated": i["under_replicated"], "offline": i["offline"],

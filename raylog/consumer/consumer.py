@@ -25,12 +25,14 @@ from raylog import memory
 from raylog.consumer.column_batch import ColumnBatch
 from raylog.client_metrics import ConsumerMetrics
 from raylog.config import ConsumerConfig, client_config
-from raylog.errors import IllegalStateError, InvalidConfigError, InvalidOffsetError, KafkaTimeoutError, RaylogError
+from raylog.errors import (
+    IllegalStateError, InvalidConfigError, InvalidOffsetError, InvalidPartitionError, KafkaTimeoutError, RaylogError,
+    UnknownTopicOrPartitionError,
+)
 from raylog.consumer.fetcher import Fetcher, PartitionState
 from raylog.consumer.group_member import ConsumerRebalanceListener, GroupMember
 from raylog.naming import validate_topic_name
 from raylog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from raylog.errors import UnknownTopicOrPartitionError
 from raylog.records import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
 log = logging.getLogger(__name__)
@@ -105,8 +107,9 @@ class Consumer:
             raise IllegalStateError("assign() and subscribe() are mutually exclusive: unsubscribe() first")
         wanted = [TopicPartition(*tp) for tp in partitions]
         for tp in wanted:
-            self._topic(tp.topic)
-            self._metadata.leader(tp.topic, tp.partition)
+            count = self._topic(tp.topic).num_partitions
+            if not isinstance(tp.partition, int) or isinstance(tp.partition, bool) or not 0 <= tp.partition < count:
+                raise InvalidPartitionError(f"topic {tp.topic!r} has partitions 0..{count - 1}, not {tp.partition!r}")
         self._manual = bool(wanted)
         for tp in list(self._fetcher.states):
             if tp not in wanted:

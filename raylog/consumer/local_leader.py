@@ -34,7 +34,7 @@ def open_local_reader(metadata: Metadata, topic: str, partition: int,
     except (RaylogError, OSError):
         return None, epoch
     for replica in info.replicas:
-        if replica.node_id == here and replica.replica_id in info.isr and replica.replica_id != info.leader.replica_id:
+        if replica.ray_node_id == here and replica.replica_id in info.isr and replica.replica_id != info.leader.replica_id:
             try:
                 return LocalReader(replica.directory, ROLE_FOLLOWER), epoch
             except OSError:

@@ -31,7 +31,7 @@ from raylog.storage import batch as rb
 from raylog.storage.log import PartitionLog
 from raylog.storage.producer_state import ProducerStateManager, ProducerStateTable
 from tests.support.builders import read_all
-from tests.support.faults import can_mount_tmpfs, fill, mount_tmpfs, unmount
+from tests.support.disks import can_mount_tmpfs, fill, mount_tmpfs, unmount
 
 CONFIG = TopicConfig(segment_bytes=64 * 1024, index_interval_bytes=0, retention_ms=-1)
 """An index entry per batch and a roll every 64 KiB: index pages and new segments are needed often."""

@@ -25,14 +25,16 @@ pytestmark = [pytest.mark.ray, pytest.mark.cluster, pytest.mark.slow]
 
 @pytest.fixture
 def sim(tmp_path):
+    # A lost machine, not a restart: its replicas move as soon as the node is missing.
     with simulated_cluster(str(tmp_path / "data"), workers=3,
-                           cluster_config={"replica_lag_time_max_ms": 4000}) as sim:
+                           cluster_config={"replica_lag_time_max_ms": 4000, "node_lost_timeout_ms": 0}) as sim:
         yield sim
 
 
 def leader_node(cluster, topic: str, partition: int = 0) -> str:
+    """The Ray node the partition's leader runs on."""
     cluster.metadata.invalidate(topic)
-    return cluster.admin().describe_topics([topic])[0].partitions[partition].leader.node_id
+    return cluster.admin().describe_topics([topic])[0].partitions[partition].leader.ray_node_id
 
 
 def fully_replicated(cluster, topic: str) -> bool:

@@ -107,7 +107,7 @@ def test_consumers_read_locally_only_what_is_led_on_their_node_and_fetch_the_res
     producer.send_batch(topic, [b"%d" % i for i in range(4000)]).get(60)
     producer.close()
     here = ray.get_runtime_context().get_node_id()
-    leaders = {st["partition"]: st["replicas"][0]["node_id"] for st in cluster.admin().describe_partitions(topic)}
+    leaders = {st["partition"]: st["replicas"][0]["ray_node_id"] for st in cluster.admin().describe_partitions(topic)}
     assert set(leaders.values()) - {here}, "every partition is led on the driver's node: nothing to fall back from"
     for p, node in leaders.items():
         reader, _ = open_local_reader(cluster.metadata, topic, p, 30)
@@ -151,16 +151,17 @@ def test_an_in_sync_follower_on_the_readers_node_serves_committed_records_from_i
     here = ray.get_runtime_context().get_node_id()
     # Partition 0 gets a follower on the driver's node whatever placement chose.
     others = [n for n in sim.node_ids() if n != here][:2]
-    cluster.admin().alter_partition_reassignments({TopicPartition(topic, 0): [others[0], here, others[1]]})
+    cluster.admin().alter_partition_reassignments(
+        {TopicPartition(topic, 0): [sim.raylog_node(n) for n in (others[0], here, others[1])]})
 
     def reassigned():
         st = cluster.admin().describe_partitions(topic)[0]
-        return sorted(r["node_id"] for r in st["replicas"]) == sorted([here, *others]) and len(st["isr"]) == 3
+        return sorted(r["ray_node_id"] for r in st["replicas"]) == sorted([here, *others]) and len(st["isr"]) == 3
     wait_for(reassigned, timeout_s=90, interval_s=0.5)
     parts = cluster.admin().describe_partitions(topic)
     roles = {}
     for st in parts:
-        nodes = {r["replica_id"]: r["node_id"] for r in st["replicas"]}
+        nodes = {r["replica_id"]: r["ray_node_id"] for r in st["replicas"]}
         if nodes[st["leader"]] == here:
             roles[st["partition"]] = ROLE_LEADER
         elif any(node == here and rid in st["isr"] for rid, node in nodes.items()):
@@ -203,7 +204,7 @@ def test_an_in_sync_follower_on_the_readers_node_serves_committed_records_from_i
     # SIGKILL the follower on this node: its page's writer is gone, so readers fetch from the
     # leader; Ray restarts it, it rejoins the ISR, and its files are read again.
     p = followed[0]
-    replica_id = next(r["replica_id"] for r in parts[p]["replicas"] if r["node_id"] == here)
+    replica_id = next(r["replica_id"] for r in parts[p]["replicas"] if r["ray_node_id"] == here)
     pid = next(r["pid"] for r in cluster.admin().describe_replicas(topic, p) if r["replica_id"] == replica_id)
     os.kill(pid, signal.SIGKILL)
     producer.send_batch(topic, [b"after-%d" % i for i in range(600)], partition=p).get(60)

@@ -39,7 +39,7 @@ from raylog.records import TopicPartition
 from raylog.storage import batch as record_batch
 from tests.integration.conftest import wait_for
 from tests.support.cluster import simulated_cluster
-from tests.support.faults import fill, tmpfs_data_dirs, unmount
+from tests.support.disks import fill
 from tests.support.topics import consume_all
 
 pytestmark = [pytest.mark.ray, pytest.mark.cluster, pytest.mark.slow]
@@ -55,13 +55,8 @@ def sim(tmp_path_factory):
     with simulated_cluster(root, workers=3, cluster_config={
             "replica_lag_time_max_ms": LAG_MS, "auto_leader_rebalance_enable": False,
             "request_timeout_ms": REQUEST_MS, "replica_fetch_wait_max_ms": 3000,
-            "replica_session_timeout_ms": SESSION_MS, "replica_heartbeat_interval_ms": 500}) as sim:
-        sim.disks = tmpfs_data_dirs(sim, root, size_mb=96)
-        try:
-            yield sim
-        finally:
-            for path in sim.disks.values():
-                unmount(path)
+            "replica_session_timeout_ms": SESSION_MS, "replica_heartbeat_interval_ms": 500}, disk_mb=96) as sim:
+        yield sim
 
 
 def new_topic(sim, rf: int = 3, **configs) -> str:
@@ -149,7 +144,7 @@ def test_a_new_replica_catches_up_when_the_log_start_offset_is_in_the_middle_of_
     admin = sim.cluster.admin()
     admin.delete_records({tp: 150})
     current = [r.node_id for r in admin.describe_topics([topic])[0].partitions[0].replicas]
-    spare = next(n for n in sim.node_ids() if n not in current and n != sim.head_id())
+    spare = next(sim.raylog_node(n) for n in sim.node_ids() if sim.raylog_node(n) not in current and n != sim.head_id())
     admin.alter_partition_reassignments({tp: [current[0], spare]})
     wait_for(lambda: [r["node_id"] for r in partition(sim, topic)["replicas"]] == [current[0], spare]
              and len(partition(sim, topic)["isr"]) == 2, timeout_s=45,
@@ -369,7 +364,7 @@ def disk_of(sim, replica: dict):
     if not sim.disks:
         pytest.skip("needs permission to mount a tmpfs on a node's data directory (root, as here); not allowed "
                     "on this machine")
-    return sim.disks[replica["node_id"]] / "ballast.fill"
+    return sim.disks[replica["ray_node_id"]] / "ballast.fill"
 
 
 def test_a_full_disk_fails_appends_by_name_keeps_records_readable_and_writing_resumes_when_space_returns(sim):

@@ -11,22 +11,18 @@ directory (raylog/logs.py); the lines are read from there, as an operator would.
 from __future__ import annotations
 
 import os
-import re
 import signal
-from pathlib import Path
 
 import pytest
-import ray
 
-from raylog.logs import LOG_FILE_NAME
 from tests.integration.conftest import wait_for
+from tests.support.event_log import events, log_file as session_log_file
 from tests.support.cluster import simulated_cluster
 
 pytestmark = [pytest.mark.ray, pytest.mark.cluster]
 
 TOPIC = "logged"
 GROUP = "logged-readers"
-_FIELD = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S*)')
 
 
 @pytest.fixture(scope="module")
@@ -34,17 +30,6 @@ def sim(tmp_path_factory):
     with simulated_cluster(str(tmp_path_factory.mktemp("event-logs")), workers=2,
                            cluster_config={"replica_lag_time_max_ms": 4000}) as sim:
         yield sim
-
-
-def events(path: Path) -> list[tuple[str, dict]]:
-    """(level, fields) of every event line in the file."""
-    found = []
-    for line in path.read_text().splitlines():
-        parts = line.split(" ", 5)
-        if len(parts) == 6 and " event=" in f" {parts[5]}":
-            body = parts[5][parts[5].index("event="):]
-            found.append((parts[2], {k: v.strip('"') for k, v in _FIELD.findall(body)}))
-    return found
 
 
 def test_an_election_isr_changes_and_a_rebalance_are_logged(sim):
@@ -79,7 +64,7 @@ def test_an_election_isr_changes_and_a_rebalance_are_logged(sim):
     finally:
         consumer.close()
 
-    log_file = Path(ray._private.worker.global_worker.node.get_logs_dir_path()) / LOG_FILE_NAME
+    log_file = session_log_file()
     wanted = {
         "replica_died": {"topic": TOPIC, "partition": "0", "replica": str(victim["leader"])},
         "isr_shrink": {"topic": TOPIC, "partition": "0", "removed": str(victim["leader"]), "reason": "replica_died"},

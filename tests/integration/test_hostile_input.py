@@ -24,6 +24,7 @@ import pytest
 import ray
 
 import raylog
+from actors.node_agent import NodeAgent
 from raylog.errors import ActorCallError, RaylogError
 from raylog.naming import CONTROLLER_ACTOR_NAME, OFFSETS_TOPIC, coordinator_actor_name
 from raylog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
@@ -277,6 +278,10 @@ BASELINES = [
     ("controller", "topic_config", (TOPIC,)),
     ("controller", "alter_topic_config", (TOPIC, {"no.such.config": "1"}, None, True, False)),
     ("controller", "check_topic", (TOPIC,)),
+    ("controller", "drain_node", (99, True)),
+    ("agent", "identify", ("cluster-id",)),
+    ("agent", "format", ("cluster-id", 7)),
+    ("agent", "remove_partition", ("../outside", "0" * 32)),
 ]
 """A call per method, each harmless as it stands (a read, or refused for a reason the swept
 argument does not touch), whose arguments are replaced one at a time."""
@@ -285,10 +290,13 @@ argument does not touch), whose arguments are replaced one at a time."""
 def test_every_argument_of_every_method_refuses_what_no_argument_takes(setup):
     """The random cases above reach a numpy array in a given argument by chance (CI met acks=array([])
     once in hundreds of runs): this sweep puts each never-valid value in each argument of each method."""
-    cluster, _ = setup
+    cluster, root = setup
     actors = {"replica": cluster.metadata.leader(TOPIC, 0),
               "coordinator": ray.get_actor(coordinator_actor_name(0), namespace="raylog"),
-              "controller": ray.get_actor(CONTROLLER_ACTOR_NAME, namespace="raylog")}
+              "controller": ray.get_actor(CONTROLLER_ACTOR_NAME, namespace="raylog"),
+              # A node agent on the head node, whose data directory the controller holds: identify and
+              # format refuse (the lock is taken), and so must every argument before that.
+              "agent": ray.remote(NodeAgent).options(num_cpus=0).remote(str(root / "data"))}
     offsets_leader = cluster.metadata.leader(OFFSETS_TOPIC, 0)
 
     def logs():

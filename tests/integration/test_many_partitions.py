@@ -7,7 +7,6 @@ incomplete and finished by creating it again."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import threading
 import time
@@ -170,27 +169,24 @@ def test_a_creation_finishes_when_its_controller_is_killed_and_restarted_part_wa
 
 
 def test_a_creation_that_fails_part_way_is_reported_incomplete_and_a_retry_finishes_it(cluster, data_root):
-    import ray
+    import uuid
 
-    from placement.nodes import node_data_dir
+    from raylog import ray_calls
 
-    node = ray.get_runtime_context().get_node_id()
-    node_dir = node_data_dir(str(data_root), node)
-    moved = node_dir + ".moved"
-    os.makedirs(node_dir, exist_ok=True)
-    os.rename(node_dir, moved)
-    with open(node_dir, "w") as blocker:  # the node's data directory is unusable: every replica fails to open
+    topic_id = uuid.uuid4().hex
+    topic_dir = os.path.join(str(data_root), topic_id[:8])
+    with open(topic_dir, "w") as blocker:  # the topic's directory is unusable: every replica fails to open
         blocker.write("not a directory")
     admin = cluster.admin()
     try:
         with pytest.raises(TopicCreationIncompleteError) as info:
-            admin.create_topic("half-made", 3)
+            # The controller's call as the admin client makes it, with the topic id the blocker names.
+            ray_calls.get(cluster.controller.create_topic.remote("half-made", 3, 1, {}, topic_id=topic_id), 120)
         assert sorted(info.value.missing) == [(0, 0), (1, 0), (2, 0)]
         assert "half-made" in str(info.value) and "create it again" in str(info.value)
         assert "half-made" in admin.list_topics(), "the topic is recorded, so a retry can finish it"
     finally:
-        os.remove(node_dir)
-        os.rename(moved, node_dir)
+        os.remove(topic_dir)
     description = admin.create_topic("half-made", 3)
     assert len(description.partitions) == 3
     producer = cluster.producer()
@@ -201,4 +197,3 @@ def test_a_creation_that_fails_part_way_is_reported_incomplete_and_a_retry_finis
         TopicPartition("half-made", p): 1 for p in range(3)}
     consumer.close()
     producer.close()
-    shutil.rmtree(moved, ignore_errors=True)

@@ -9,35 +9,25 @@ from pathlib import Path
 
 import pytest
 
-import raylog
 from tests.integration.conftest import wait_for
+from tests.support.cluster import simulated_cluster
+from tests.support.event_log import logged
 
 pytestmark = [pytest.mark.ray, pytest.mark.cluster]
 
 
 @pytest.fixture(scope="module")
 def three_nodes(tmp_path_factory):
-    import ray
-    from ray.cluster_utils import Cluster
-
-    sim = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "object_store_memory": 150 * 1024 * 1024})
-    for _ in range(2):
-        sim.add_node(num_cpus=1, object_store_memory=150 * 1024 * 1024)
-    sim.wait_for_nodes()
     root = tmp_path_factory.mktemp("multinode-data")
-    cluster = raylog.connect(address=sim.address, data_root=str(root))
-    yield cluster, root, [n["NodeID"] for n in ray.nodes() if n["Alive"]]
-    ray.shutdown()
-    sim.shutdown()
+    with simulated_cluster(str(root), workers=2) as sim:
+        yield sim
 
 
 def test_partitions_spread_over_the_worker_nodes_and_live_under_each_nodes_directory(three_nodes):
     """The head node holds replicas only when the other nodes are too few (its loss ends the cluster)."""
-    import ray
-
-    cluster, root, node_ids = three_nodes
-    head = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and "node:__internal_head__" in n["Resources"])
-    workers = sorted(set(node_ids) - {head})
+    sim = three_nodes
+    cluster = sim.cluster
+    workers = sorted(sim.raylog_node(n) for n in sim.node_ids() if n != sim.head_id())
     desc = cluster.admin().create_topic("spread", 4)
     placed = [p.leader.node_id for p in desc.partitions]
     assert sorted(placed) == sorted(workers * 2), "four partitions on two workers: two each"
@@ -46,16 +36,36 @@ def test_partitions_spread_over_the_worker_nodes_and_live_under_each_nodes_direc
         producer.send_batch("spread", [b"p%d-%d" % (p, i) for i in range(10)], partition=p).wait(timeout=60)
     infos = cluster.admin().describe_partitions("spread")
     for part, info in zip(desc.partitions, infos):
-        assert info["node_id"] == part.leader.node_id
-        node_dir = Path(root) / f"node-{part.leader.node_id[:16]}"
+        assert info["ray_node_id"] == part.leader.ray_node_id
+        node_dir = Path(sim.data_dirs[part.leader.ray_node_id])
         assert Path(info["directory"]).parent.parent == node_dir
         assert any(f.suffix == ".log" for f in Path(info["directory"]).iterdir())
         assert info["log_end_offset"] == 10
     producer.close()
 
 
+def test_nodes_sharing_one_data_directory_are_refused_with_the_holder_named(three_nodes):
+    """Two Ray nodes configured with one data directory would claim one identity: the second is
+    refused (never registered, never given replicas), and the error names the directory."""
+    sim = three_nodes
+    second = sim.add(sim.worker_dirs()[0])
+    try:
+        wait_for(lambda: node_refused(second), timeout_s=60)
+        nodes = sim.cluster.admin().describe_cluster()["nodes"]
+        assert second not in {n["ray_node_id"] for n in nodes} and len(nodes) == 3
+        desc = sim.cluster.admin().create_topic("on-the-registered-nodes", 6)
+        assert {p.leader.ray_node_id for p in desc.partitions} <= set(sim.node_ids()) - {second}
+    finally:
+        sim.remove(second)
+
+
+def node_refused(ray_node_id: str) -> bool:
+    return any(ray_node_id == f.get("ray_node") and "DataDirectoryInUseError" in f.get("reason", "")
+               for f in logged("node_refused"))
+
+
 def test_killed_replica_comes_back_on_its_node_without_losing_acknowledged_records(three_nodes):
-    cluster, _, _ = three_nodes
+    cluster = three_nodes.cluster
     desc = cluster.admin().create_topic("survive", 3)
     producer = cluster.producer(linger_ms=0)
     acked = {p: [] for p in range(3)}
@@ -66,7 +76,7 @@ def test_killed_replica_comes_back_on_its_node_without_losing_acknowledged_recor
     acked[1] += producer.send_batch("survive", [b"b%d" % i for i in range(20)], partition=1).offsets(60).tolist()
     after = wait_for(lambda: cluster.admin().describe_partitions("survive")[1], timeout_s=60)
     assert after["pid"] != victim["pid"]
-    assert after["node_id"] == victim["node_id"] == desc.partitions[1].leader.node_id
+    assert after["ray_node_id"] == victim["ray_node_id"] == desc.partitions[1].leader.ray_node_id
     consumer = cluster.consumer("survive", auto_offset_reset="earliest")
     seen = {p: [] for p in range(3)}
     deadline = time.monotonic() + 30

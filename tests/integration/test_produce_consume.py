@@ -285,7 +285,7 @@ def test_killed_replica_process_restarts_and_keeps_acknowledged_records(cluster)
     futures = [producer.send(topic, b"after-%d" % i) for i in range(50)]
     acked += [f.get(timeout=60).offset for f in futures]
     after = cluster.admin().describe_partitions(topic)[0]
-    assert after["pid"] != info["pid"] and after["node_id"] == info["node_id"]
+    assert after["pid"] != info["pid"] and after["ray_node_id"] == info["ray_node_id"]
     assert after["recovered_cleanly"] is False
     consumer = cluster.consumer(topic, auto_offset_reset="earliest")
     records = consume_all(consumer, 100)

@@ -58,7 +58,7 @@ def followers(sim, topic: str) -> list[dict]:
 def test_replicas_live_on_distinct_worker_nodes_and_leaders_spread(sim):
     topic = new_topic(sim, partitions=6, rf=3)
     desc = sim.cluster.admin().describe_topics([topic])[0]
-    head = sim.head_id()
+    head = sim.raylog_node(sim.head_id())
     leaders = [p.leader.node_id for p in desc.partitions]
     for p in desc.partitions:
         nodes = [r.node_id for r in p.replicas]
@@ -67,13 +67,15 @@ def test_replicas_live_on_distinct_worker_nodes_and_leaders_spread(sim):
     assert sorted(leaders.count(n) for n in set(leaders)) == [2, 2, 2]
     for p in desc.partitions:
         for r in p.replicas:
-            assert Path(r.directory).parent.parent == Path(sim.root) / f"node-{r.node_id[:16]}"
+            assert Path(r.directory).parent.parent == Path(sim.data_dirs[r.ray_node_id])
 
 
 def test_the_controller_runs_on_rays_head_node(sim):
     described = sim.cluster.admin().describe_cluster()
-    assert described["controller"]["node_id"] == described["head_node"] == sim.head_id()
-    assert sorted(n["node_id"] for n in described["nodes"]) == sorted(sim.node_ids())
+    assert described["controller"]["ray_node_id"] == sim.head_id()
+    assert described["controller"]["node_id"] == described["head_node"] == sim.raylog_node(sim.head_id())
+    assert sorted(n["ray_node_id"] for n in described["nodes"]) == sorted(sim.node_ids())
+    assert all(n["state"] == "alive" for n in described["nodes"])
 
 
 def test_every_in_sync_replica_has_an_acks_all_record_before_it_is_acknowledged(sim):
@@ -210,7 +212,7 @@ def test_a_partition_is_reassigned_to_other_nodes_after_the_new_replica_catches_
     admin = sim.cluster.admin()
     part = admin.describe_topics([topic])[0].partitions[0]
     current = [r.node_id for r in part.replicas]
-    spare = next(n for n in sim.node_ids() if n not in current and n != sim.head_id())
+    spare = next(sim.raylog_node(n) for n in sim.node_ids() if sim.raylog_node(n) not in current and n != sim.head_id())
     old_dir = Path(part.replicas[1].directory)
     admin.alter_partition_reassignments({TopicPartition(topic, 0): [current[0], spare]})
     wait_for(lambda: [r["node_id"] for r in admin.describe_partitions(topic)[0]["replicas"]] == [current[0], spare]
@@ -275,7 +277,7 @@ def test_with_no_in_sync_replica_alive_the_partition_stays_offline_unless_unclea
         os.kill(pid, signal.SIGSTOP)
     try:
         wait_for(lambda: len(isr(sim, safe)) == 1 and len(isr(sim, unclean)) == 1, timeout_s=LAG_MS / 1000 + 20)
-        sim.remove(nodes[0])
+        sim.remove(sim.ray_node(nodes[0]))
         wait_for(lambda: admin.describe_partitions(safe)[0]["offline"], timeout_s=60,
                  describe=lambda: (nodes, sim.node_ids(), admin.describe_partitions(safe)))
     finally:

@@ -45,7 +45,7 @@ import ray
 from raylog.errors import RaylogError
 from raylog.records import TopicPartition
 from tests.support.cluster import simulated_cluster
-from tests.support.faults import KILLS, PAUSES, FaultInjector, tmpfs_data_dirs, unmount
+from tests.support.faults import KILLS, PAUSES, FaultInjector
 from tests.support import topics
 from tests.support.history import History, render, value_of
 
@@ -60,6 +60,9 @@ CLUSTER_CONFIG = {
     "request_timeout_ms": 10_000,
     "offsets_topic_num_partitions": 1,
     "leader_imbalance_check_interval_ms": 15_000,
+    # A node restarted with its disk is back within seconds and recovers its replicas in place; a
+    # lost one is replaced by a fresh node, and its replicas move there after this long.
+    "node_lost_timeout_ms": 20_000,
 }
 MEMBER_CONFIG = {"session_timeout_ms": 4000, "heartbeat_interval_ms": 500, "max_poll_interval_ms": 60_000,
                  "request_timeout_ms": 10_000}
@@ -70,10 +73,10 @@ SEND_INTERVAL_S = 0.02
 """Each producer sends one record per key every this long: about 600 records a second in all, so
 a half-hour run stores about 120 MB per node (each node's data directory is a 512 MB tmpfs)."""
 DATA_DIR_MB = 512
-WEIGHTS = {**{k: 2 for k in KILLS}, **{k: 2 for k in PAUSES}, "lose-node": 1, "elect-leaders": 1, "reassign": 1,
-           "fill-disk": 1}
+WEIGHTS = {**{k: 2 for k in KILLS}, **{k: 2 for k in PAUSES}, "lose-node": 1, "restart-node": 2,
+           "restart-cluster": 1, "elect-leaders": 1, "reassign": 1, "fill-disk": 1}
 SHORT_SCHEDULE = ["pause-leader", "kill-leader", "pause-coordinator", "kill-member", "fill-disk", "kill-controller",
-                  "pause-follower", "lose-node", "pause-controller", "reassign"]
+                  "restart-node", "pause-follower", "lose-node", "pause-controller", "reassign"]
 """The short run's faults, in order (its targets and durations are still drawn from the seed)."""
 
 
@@ -152,8 +155,11 @@ class ChaosMember:
 class Producers:
     """Producer threads in the driver, each an idempotent acks='all' Producer of its own."""
 
-    def __init__(self, cluster, history: History, count: int = 2, keys: int = 6):
+    def __init__(self, cluster, history: History, count: int = 2, keys: int = 6, generation: int = 0):
+        """``generation`` counts whole-cluster restarts: each one's producers send under keys of their
+        own (a producer's sequence of values per key starts again)."""
         self.history = history
+        self.generation = generation
         self.producers = [cluster.producer(**PRODUCER_CONFIG) for _ in range(count)]
         self.keys = keys
         self._stop = threading.Event()
@@ -162,11 +168,11 @@ class Producers:
             t.start()
 
     def _run(self, index: int) -> None:
-        producer, history, name = self.producers[index], self.history, f"producer-{index}"
+        producer, history, name = self.producers[index], self.history, f"producer-{self.generation}.{index}"
         n = 0
         while not self._stop.is_set():
             for k in range(self.keys):
-                key = b"p%dk%d" % (index, k)
+                key = b"g%dp%dk%d" % (self.generation, index, k)
                 value = value_of(key, n)
                 history.issue(name, value, TOPIC)
                 try:
@@ -200,16 +206,22 @@ class Group:
         self.history = history
         self.rng = rng
         self.log = log
-        self.ledger = Ledger.remote()
         self.members: list = []
         self._made = 0
-        self._read = 0
         self._lock = threading.Lock()
         self.commits = 0
         self.acknowledged: dict[int, int] = {}
         """The highest commit a member saw acknowledged, per partition. Members report a commit after
         it returns (a pause in between delays the report past later commits and observations), so
         these are checked against the final committed offsets only, where that order cannot matter."""
+        self.start()
+
+    def start(self) -> None:
+        """A new ledger and MEMBERS members (again after a whole-cluster restart, which ended them)."""
+        self.ledger = Ledger.remote()
+        self._read = 0
+        with self._lock:
+            self.members = []
         for _ in range(MEMBERS):
             self.add()
 
@@ -376,10 +388,67 @@ class Stream:
                     history.poll(session, p, [o for o, _ in got], [v for _, v in got])
 
 
+class Workload:
+    """Everything that runs against the cluster: the producers, the group, the stream."""
+
+    def __init__(self, sim, history: History, rng: random.Random, say, out: Path | None):
+        self.sim, self.history, self.rng, self.say, self.out = sim, history, rng, say, out
+        self.generation = 0
+        self.producers = Producers(sim.cluster, history)
+        self.group = Group(history, rng, say)
+        self.stream = Stream(out) if out is not None else None
+
+    def restart_cluster(self) -> str:
+        """The whole-cluster restart fault: the workload stops (what the producers had not had
+        acknowledged is recorded as failed: its outcome is unknown; the members leave the group
+        after recording what they read), the Ray cluster ends, stopped
+        or every process SIGKILLed, and starts again on the same disks, its workers in a random
+        order, one of them sometimes only once the others have elected every partition's leader;
+        then the workload starts again on the new cluster."""
+        rng, sim = self.rng, self.sim
+        self.producers.stop(flush_timeout_s=30)
+        if self.stream is not None:
+            self.stream.stop()
+        # The members stop before their ledger (an actor) goes with the cluster: what they polled and
+        # committed is recorded. (The ledger stands for the application's own state, which outlives
+        # the cluster.)
+        self.group.stop()
+        self.group.pump()
+        kill = rng.random() < 0.5
+        workers = sim.worker_dirs()
+        rng.shuffle(workers)
+        late = workers.pop() if rng.random() < 0.5 else None
+        sim.restart_all(workers, CLUSTER_CONFIG, log_to_driver=False, kill=kill)
+        if late is not None:
+            wait_led(sim.cluster, 120)
+            sim.add(late)
+        self.generation += 1
+        self.producers = Producers(sim.cluster, self.history, generation=self.generation)
+        self.group.start()
+        if self.out is not None:
+            self.stream = Stream(self.out)
+        return (f"{'SIGKILL of every process' if kill else 'stopped'}, workers back in a random order"
+                + (", one after the others elected" if late else ""))
+
+
+def wait_led(cluster, timeout_s: float) -> bool:
+    """Every partition of the topic has a leader."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if all(not s["offline"] for s in cluster.admin().describe_partitions(TOPIC)):
+                return True
+        except RaylogError:
+            pass
+        time.sleep(0.5)
+    return False
+
+
 def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = False, short: bool = False,
-        log=print) -> dict:
+        log=print, schedule: list[str] | None = None) -> dict:
     """One chaos run; returns the report (see ``to_json``). ``short`` runs SHORT_SCHEDULE's faults
-    with pauses of 2-6 s instead of random faults of up to 20 s."""
+    (or ``schedule``'s, in turn) with pauses of 2-6 s instead of random faults of up to 20 s."""
+    schedule = schedule or (SHORT_SCHEDULE if short else None)
     rng = random.Random(seed)
     own_root = data_root is None
     root = Path(data_root or tempfile.mkdtemp(prefix="raylog-chaos-"))
@@ -391,48 +460,52 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
 
     history = History()
     report: dict = {"seed": seed, "minutes": minutes, "started": stamp, "spark": spark, "short": short}
-    mounts: dict = {}
     with simulated_cluster(str(root), workers=3, cluster_config=CLUSTER_CONFIG, log_to_driver=False,
-                           head_resources={SPARK_HOST: 4} if spark else None, head_cpus=3 if spark else 1) as sim, \
+                           head_resources={SPARK_HOST: 4} if spark else None, head_cpus=3 if spark else 1,
+                           disk_mb=DATA_DIR_MB) as sim, \
             contextlib.ExitStack() as cleanup:
-        # Undone in reverse order even when the run fails: no paused process, thread or mount outlives it.
-        cleanup.callback(lambda: [unmount(path) for path in mounts.values()])
-        mounts = tmpfs_data_dirs(sim, str(root), size_mb=DATA_DIR_MB)
-        if not mounts:
+        # Undone in reverse order even when the run fails: no paused process or thread outlives it
+        # (the simulated cluster unmounts its disks as it ends).
+        if not sim.disks:
             say("fill-disk skipped: this machine does not let the run mount a tmpfs (needs root)")
-        cluster = sim.cluster
-        cluster.admin().create_topic(TOPIC, PARTITIONS, replication_factor=3)
-        producers = Producers(cluster, history)
-        cleanup.callback(producers.stop, 30)
-        group = Group(history, rng, say)
-        stream = Stream(root / "stream-out") if spark else None
-        if stream is not None:
-            cleanup.callback(stream.stop)
-        injector = FaultInjector(sim, [TOPIC], rng, group=GROUP, members=group.handles, tmpfs_nodes=mounts,
-                                 pause_s=(2.0, 6.0) if short else (2.0, 20.0))
+        sim.cluster.admin().create_topic(TOPIC, PARTITIONS, replication_factor=3)
+        in_use = threading.Lock()
+        """Held by the observer thread while it calls the cluster, and by a whole-cluster restart:
+        no thread may be inside a Ray call while Ray is shut down and started again."""
+        work = Workload(sim, history, rng, say, root / "stream-out" if spark else None)
+        cleanup.callback(lambda: work.stream.stop() if work.stream is not None else None)
+        cleanup.callback(lambda: work.producers.stop(30))
+
+        def restart_cluster() -> str:
+            with in_use:
+                return work.restart_cluster()
+
+        injector = FaultInjector(sim, [TOPIC], rng, group=GROUP, members=lambda: work.group.handles(),
+                                 pause_s=(2.0, 6.0) if short else (2.0, 20.0), restart_cluster=restart_cluster)
         cleanup.callback(injector.heal_all)
         stop_observer = threading.Event()
         cleanup.callback(stop_observer.set)
 
         def observe() -> None:
             while not stop_observer.wait(0.5):
-                try:
-                    for p, o in committed(cluster, GROUP).items():
-                        history.observe_committed(GROUP, p, o)
-                except RaylogError:
-                    pass
+                with in_use:
+                    try:
+                        for p, o in committed(sim.cluster, GROUP).items():
+                            history.observe_committed(GROUP, p, o)
+                    except (RaylogError, ray.exceptions.RayError):
+                        pass
 
         observer = threading.Thread(target=observe, daemon=True)
         observer.start()
-        say(f"workload running: {len(producers.producers)} producers, {MEMBERS} members"
+        say(f"workload running: {len(work.producers.producers)} producers, {MEMBERS} members"
             f"{', a Spark stream' if spark else ''}; seed {seed}")
         time.sleep(5)
         deadline = started + minutes * 60
         kinds = [k for k in WEIGHTS for _ in range(WEIGHTS[k])]
         n = 0
         while time.monotonic() < deadline:
-            kind = SHORT_SCHEDULE[n % len(SHORT_SCHEDULE)] if short else rng.choice(kinds)
-            if kind == "fill-disk" and not mounts:
+            kind = schedule[n % len(schedule)] if schedule else rng.choice(kinds)
+            if kind == "fill-disk" and not sim.disks:
                 kind = "pause-follower"
             n += 1
             fault = injector.inject(kind)
@@ -444,16 +517,18 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
                 for due in injector.due():
                     injector.heal(due)
                     say(f"  healed {due.kind} {due.target}")
-                group.pump()
-            group.supervise()
-            group.pump()
+                work.group.pump()
+            work.group.supervise()
+            work.group.pump()
             time.sleep(rng.uniform(3, 6) if short else rng.uniform(5, 15))
         say("faults over: healing, draining")
         injector.heal_all()
+        cluster = sim.cluster
         healthy = wait_healthy(cluster, 120)
+        group = work.group
         group.supervise()
         time.sleep(5)
-        producers.stop()
+        work.producers.stop()
         say(f"producers stopped: {history.summary()['sends_acked']} acknowledged")
         ends = end_offsets(cluster)
         drain_deadline = time.monotonic() + 240
@@ -464,15 +539,15 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
                 drained = True
                 break
             time.sleep(1)
-        stream_drained = stream.drain(cluster, 240) if stream else None
+        stream_drained = work.stream.drain(cluster, 240) if work.stream else None
         group.stop()
         group.pump()
         stop_observer.set()
         observer.join(timeout=10)
-        if stream is not None:
-            stream.stop()
-            stream.record(history)
-            stream = None
+        if work.stream is not None:
+            work.stream.stop()
+            work.stream.record(history)
+            work.stream = None
         final = read_everything(cluster)
         final_committed = {(GROUP, p): o for p, o in committed(cluster, GROUP).items()}
         if spark:
@@ -510,6 +585,9 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
 
 
 def main() -> None:
+    # Threads of the run must never attach to a Ray cluster by themselves (a whole-cluster restart
+    # leaves handles of the ended one behind): as tests/conftest.py sets it for the suite.
+    os.environ.setdefault("RAY_ENABLE_AUTO_CONNECT", "0")
     parser = argparse.ArgumentParser(description="A Jepsen-style chaos run against raylog on a simulated cluster.")
     parser.add_argument("--minutes", type=float, default=float(os.environ.get("CHAOS_MINUTES", 30)))
     parser.add_argument("--seed", type=int, default=int(os.environ.get("RAYLOG_TEST_SEED", random.randrange(2**31))))

@@ -1,21 +1,30 @@
 """Simulated multi-node Ray clusters for tests (ray.cluster_utils.Cluster), always shut down.
 
-Each simulated node is a raylet of its own on this machine, with its own node id, so raylog
-gives it its own data directory under the data root. Ray's health checks are sped up so a
-removed node is declared dead in about 2 s instead of 15.
+Each simulated node is a raylet of its own on this machine, with its own Ray node id and its own
+data directory (``<data root>/node-<k>``, given by the ``raylog.io/data-dir`` node label, as a
+machine with its own disk would have), so raylog gives it its own raylog node id. ``restart``
+removes a node and starts a new raylet on the same data directory: the same raylog node, under a
+new Ray node id, as after a reboot. A whole-cluster restart is the ``simulated_cluster`` block
+ending and a new one on the same data root (the head keeps ``<data root>/head``) adding nodes on
+the old directories. Ray's health checks are sped up so a removed node is declared dead in about
+2 s instead of 15.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
+import os
 import time
+from pathlib import Path
 
 import ray
 from ray.cluster_utils import Cluster
 
 import raylog
-from placement.nodes import HEAD_RESOURCE
+from placement.nodes import DATA_DIR_LABEL, HEAD_RESOURCE
 from raylog.cluster import RAY_SYSTEM_CONFIG
+from tests.support.disks import can_mount_tmpfs, mount_tmpfs, unmount
 
 FAST_HEALTH_CHECKS = {
     "health_check_initial_delay_ms": 0,
@@ -31,56 +40,183 @@ before Ray is imported, or Ray rewrites it to the machine's address.)"""
 
 
 class SimulatedCluster:
-    def __init__(self, sim: Cluster, cluster: raylog.Cluster):
+    def __init__(self, sim: Cluster, cluster: raylog.Cluster | None, data_root: str, head_args: dict,
+                 disk_mb: int | None):
         self.sim = sim
+        self.head_args = head_args
         self.cluster = cluster
+        self.data_root = data_root
+        self.disk_mb = disk_mb
+        self.data_dirs: dict[str, str] = {}
+        """Ray node id -> its data directory."""
+        self.disks: dict[str, Path] = {}
+        """Ray node id -> its data directory where that is a small tmpfs of its own (disk_mb)."""
+        self._next = itertools.count()
+        self._mounts: list[Path] = []
 
     def node_ids(self) -> list[str]:
+        """The Ray node ids of the live nodes."""
         return [n["NodeID"] for n in ray.nodes() if n["Alive"]]
 
     def head_id(self) -> str:
         return next(n["NodeID"] for n in ray.nodes() if n["Alive"] and HEAD_RESOURCE in n["Resources"])
 
+    def new_data_dir(self) -> str:
+        """A data directory no node has used (a new disk)."""
+        while True:
+            path = os.path.join(self.data_root, f"node-{next(self._next)}")
+            if not os.path.exists(path):
+                return path
+
+    def raylog_node(self, ray_node_id: str, timeout_s: float = 120) -> int:
+        """The raylog node id of a live Ray node, waiting for it to register (a node just added
+        registers at the controller's next node check, once its agent has started)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            for node in self.cluster.admin().describe_cluster()["nodes"]:
+                if node["ray_node_id"] == ray_node_id:
+                    return node["node_id"]
+            if time.monotonic() > deadline:
+                raise AssertionError(f"Ray node {ray_node_id} did not register with raylog in {timeout_s:.0f} s")
+            time.sleep(0.2)
+
+    def ray_node(self, raylog_node: int) -> str:
+        """The Ray node id a raylog node runs on now ("" while missing)."""
+        for node in self.cluster.admin().describe_cluster()["nodes"]:
+            if node["node_id"] == raylog_node:
+                return node["ray_node_id"]
+        raise AssertionError(f"raylog node {raylog_node} is not registered")
+
     def remove(self, node_id: str) -> None:
-        """Kill the node's raylet and everything on it, as a lost machine would."""
+        """Kill the Ray node's raylet and everything on it, as a lost machine would."""
         assert node_id != self.head_id(), "removing the head ends the cluster"
         node = next(n for n in self.sim.list_all_nodes() if n.node_id == node_id)
         self.sim.remove_node(node, allow_graceful=False)
 
-    def add(self) -> str:
-        before = set(self.node_ids())
-        self.sim.add_node(**NODE_ARGS)
+    def add(self, data_dir: str | None = None) -> str:
+        """Start a node on ``data_dir`` (a fresh one by default, on a tmpfs of disk_mb if set);
+        returns its Ray node id."""
+        mounted = self._mount(data_dir or self.new_data_dir())
+        data_dir = str(mounted[0])
+        node = self._add_node(data_dir)
+        self.data_dirs[node] = data_dir
+        if mounted[1]:
+            self.disks[node] = mounted[0]
+        return node
+
+    def _mount(self, data_dir: str) -> tuple[Path, bool]:
+        path = Path(data_dir)
+        if self.disk_mb is None or not can_mount_tmpfs():
+            return path, False
+        if not os.path.ismount(path):
+            mount_tmpfs(path, self.disk_mb)
+            self._mounts.append(path)
+        return path, True
+
+    def _add_node(self, data_dir: str) -> str:
+        node = self.sim.add_node(**NODE_ARGS, labels={DATA_DIR_LABEL: data_dir})
         self.sim.wait_for_nodes()
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            new = set(self.node_ids()) - before
-            if new:
-                return new.pop()
-            time.sleep(0.2)
-        raise AssertionError("the added node never came up")
+        return node.node_id
+
+    def worker_dirs(self) -> list[str]:
+        """The data directories of the live worker nodes."""
+        head = self.head_id()
+        return [d for n, d in self.data_dirs.items() if n != head and n in set(self.node_ids())]
+
+    def restart_all(self, workers: list[str], cluster_config: dict | None = None, log_to_driver: bool = True,
+                    kill: bool = False) -> None:
+        """End the whole Ray cluster, then start it again on the same disks: the head, raylog's
+        controller, and a worker on each of ``workers`` in that order (add the others later to bring
+        them back late). ``kill``: SIGKILL every process of the cluster (a power cut after the data
+        reached the page cache) instead of stopping it."""
+        if kill:
+            kill_cluster_processes()
+        _shutdown(self.sim)
+        head_dir = os.path.join(self.data_root, "head")
+        self.sim = Cluster(initialize_head=True, head_node_args=self.head_args)
+        self.data_dirs = {self.sim.head_node.node_id: head_dir}
+        self.disks = {}
+        self.cluster = raylog.connect(address=self.sim.address, data_root=self.data_root,
+                                      cluster_config=cluster_config, log_to_driver=log_to_driver)
+        for data_dir in workers:
+            self.add(data_dir)
+
+    def unmount_all(self) -> None:
+        for path in reversed(self._mounts):
+            unmount(path)
+        self._mounts.clear()
+
+    def restart(self, node_id: str) -> str:
+        """Stop a worker node and start it again on its disk (its data directory); returns its new
+        Ray node id. raylog sees the same node come back."""
+        data_dir = self.data_dirs[node_id]
+        self.remove(node_id)
+        return self.add(data_dir)
+
+
+def _start(data_root: str, workers: int | list[str], head_resources: dict | None, head_cpus: int,
+           disk_mb: int | None) -> SimulatedCluster:
+    head_dir = os.path.join(data_root, "head")
+    head_args = {**NODE_ARGS, "num_cpus": head_cpus, "resources": head_resources or {},
+                 "labels": {DATA_DIR_LABEL: head_dir},
+                 "_system_config": {**FAST_HEALTH_CHECKS, **RAY_SYSTEM_CONFIG}}
+    sim = Cluster(initialize_head=True, head_node_args=head_args)
+    out = SimulatedCluster(sim, None, data_root, head_args, disk_mb)
+    out.data_dirs[sim.head_node.node_id] = head_dir
+    try:
+        for data_dir in (workers if isinstance(workers, list) else [None] * workers):
+            out.add(data_dir)
+    except BaseException:
+        _stop(out)
+        raise
+    return out
 
 
 @contextlib.contextmanager
-def simulated_cluster(data_root: str, workers: int = 3, cluster_config: dict | None = None,
-                      log_to_driver: bool = True, head_resources: dict | None = None, head_cpus: int = 1):
-    """``head_resources``: custom resources of the head node only (to pin something there), which
-    has ``head_cpus`` CPUs."""
-    sim = Cluster(initialize_head=True,
-                  head_node_args={**NODE_ARGS, "num_cpus": head_cpus, "resources": head_resources or {},
-                                  "_system_config": {**FAST_HEALTH_CHECKS, **RAY_SYSTEM_CONFIG}})
+def simulated_cluster(data_root: str, workers: int | list[str] = 3, cluster_config: dict | None = None,
+                      log_to_driver: bool = True, head_resources: dict | None = None, head_cpus: int = 1,
+                      disk_mb: int | None = None):
+    """A head node and ``workers`` worker nodes: a count of new ones, or a list of data directories
+    to start them on (a whole-cluster restart). ``head_resources``: custom resources of the head
+    node only (to pin something there), which has ``head_cpus`` CPUs. ``disk_mb``: each worker's
+    data directory is a tmpfs of that size, where the machine lets the test mount one (root);
+    ``sim.disks`` lists them (empty where mounting is refused)."""
+    out = _start(data_root, workers, head_resources, head_cpus, disk_mb)
     try:
-        for _ in range(workers):
-            sim.add_node(**NODE_ARGS)
-        sim.wait_for_nodes()
-        cluster = raylog.connect(address=sim.address, data_root=data_root, cluster_config=cluster_config,
-                                 log_to_driver=log_to_driver)
-        yield SimulatedCluster(sim, cluster)
+        out.cluster = raylog.connect(address=out.sim.address, data_root=data_root, cluster_config=cluster_config,
+                                     log_to_driver=log_to_driver)
+        yield out
     finally:
+        _stop(out)
+
+
+def _stop(out: SimulatedCluster) -> None:
+    try:
+        _shutdown(out.sim)
+    finally:
+        out.unmount_all()
+
+
+def _shutdown(sim: Cluster) -> None:
+    ray.shutdown()
+    try:
+        sim.shutdown()
+    except ValueError:
+        # A client thread (a producer left open by a failed test) re-attached Ray after the
+        # shutdown above; detach again so the simulated nodes can be stopped.
         ray.shutdown()
-        try:
-            sim.shutdown()
-        except ValueError:
-            # A client thread (a producer left open by a failed test) re-attached Ray after the
-            # shutdown above; detach again so the simulated nodes can be stopped.
-            ray.shutdown()
-            sim.shutdown()
+        sim.shutdown()
+
+
+def kill_cluster_processes() -> int:
+    """SIGKILL every process this process started for Ray (GCS, raylets, workers, actors, the
+    dashboard), all at once, as a power cut would end them; returns how many. Their page cache
+    stays, as it does across a crash of every process."""
+    import psutil
+
+    victims = psutil.Process().children(recursive=True)
+    for proc in victims:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(victims, timeout=30)
+    return len(victims)

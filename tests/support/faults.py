@@ -13,7 +13,15 @@ The fault model, and why raylog must survive each fault:
   acknowledge anything (Jepsen's favourite).
 - ``lose-node``: a worker node (raylet and every process on it) is removed without warning, the
   way a machine is lost (its processes may keep answering for a while: zombies); a fresh node
-  joins a few seconds later, as an autoscaler would add one.
+  joins a few seconds later, as an autoscaler would add one, and the lost node's replicas move
+  there once node_lost_timeout_ms has passed.
+- ``restart-node``: a worker node goes down the same way and comes back seconds later on its own
+  disk (a reboot, ``ray stop``/``ray start``, a pod rescheduled onto its volume): the same raylog
+  node under a new Ray node id, whose replicas recover in place and catch up.
+- ``restart-cluster`` (run by tests/support/chaos.py, which restarts the workload around it): the
+  whole Ray cluster ends, stopped or with every process SIGKILLed, and starts again on the same
+  disks, the nodes coming back in a random order, one of them sometimes only after the others
+  elected leaders.
 - ``elect-leaders`` and ``reassign``: an operator moves leadership (preferred election) and
   reorders a partition's replicas while traffic runs.
 - ``fill-disk``: a node's data directory fills up (a ballast file fills its small tmpfs); appends
@@ -37,14 +45,14 @@ from pathlib import Path
 
 import ray
 
-from placement.nodes import node_data_dir
 from raylog.errors import RaylogError
 from raylog.naming import CONTROLLER_ACTOR_NAME, OFFSETS_TOPIC, coordinator_actor_name
 from raylog.records import TopicPartition
+from tests.support.disks import fill
 
 KILLS = ("kill-leader", "kill-follower", "kill-controller", "kill-coordinator", "kill-member")
 PAUSES = ("pause-leader", "pause-follower", "pause-controller", "pause-coordinator", "pause-member")
-CLUSTER = ("lose-node", "elect-leaders", "reassign", "fill-disk")
+CLUSTER = ("lose-node", "restart-node", "restart-cluster", "elect-leaders", "reassign", "fill-disk")
 KINDS = KILLS + PAUSES + CLUSTER
 
 
@@ -57,6 +65,7 @@ class Fault:
     ended: float | None = None
     pid: int | None = None
     node: str | None = None
+    data_dir: str | None = None
     ballast: Path | None = None
     error: str | None = None
 
@@ -65,73 +74,29 @@ class Fault:
         return f"{self.kind} {self.target}{extra}" + (f" (could not: {self.error})" if self.error else "")
 
 
-def can_mount_tmpfs() -> bool:
-    """Whether this process may mount a tmpfs (root in a sandbox that allows it)."""
-    probe = Path(f"/tmp/raylog-mount-probe-{os.getpid()}")
-    probe.mkdir(exist_ok=True)
-    try:
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(probe)],
-                              capture_output=True, timeout=10)
-        if done.returncode != 0:
-            return False
-        subprocess.run(["umount", str(probe)], capture_output=True, timeout=10)
-        return True
-    except (OSError, subprocess.SubprocessError):
-        return False
-    finally:
-        with contextlib.suppress(OSError):
-            probe.rmdir()
-
-
-def mount_tmpfs(path: Path, size_mb: int) -> None:
-    path.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(path)], check=True,
-                   capture_output=True, timeout=10)
-
-
-def unmount(path: Path) -> None:
-    subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=10)
-
-
-def fill(ballast: Path) -> None:
-    """Fill the file system holding ``ballast`` to its last block with that one file."""
-    st = os.statvfs(ballast.parent)
-    fd = os.open(ballast, os.O_WRONLY | os.O_CREAT, 0o644)
-    try:
-        try:
-            os.posix_fallocate(fd, 0, max(st.f_bavail * st.f_frsize, 4096))
-        except OSError:
-            pass  # what could be allocated stays allocated
-        os.lseek(fd, 0, os.SEEK_END)
-        chunk = b"\0" * 4096
-        while True:  # fallocate can leave a little: write until ENOSPC
-            try:
-                os.write(fd, chunk)
-            except OSError:
-                break
-    finally:
-        os.close(fd)
-
-
 class FaultInjector:
     """Faults against ``sim`` (tests/support/cluster.SimulatedCluster) running ``topics`` and,
     optionally, a consumer group ``group`` whose members ``members()`` returns as actor handles."""
 
     def __init__(self, sim, topics: list[str], rng: random.Random, group: str | None = None,
-                 members=None, tmpfs_nodes: dict[str, Path] | None = None,
-                 pause_s: tuple[float, float] = (2.0, 20.0)):
+                 members=None, pause_s: tuple[float, float] = (2.0, 20.0), restart_cluster=None):
+        """``restart_cluster()``: runs a whole-cluster restart (with the workload around it) and
+        describes it; without one that fault is skipped."""
         self.sim = sim
-        self.cluster = sim.cluster
+        self.restart_cluster = restart_cluster
         self.topics = topics
         self.rng = rng
         self.group = group
         self.members = members or (lambda: [])
-        self.tmpfs_nodes = dict(tmpfs_nodes or {})
-        """node id -> its data directory, mounted on a small tmpfs (fill-disk targets these)."""
         self.pause_s = pause_s
         self.active: list[Fault] = []
         self.history: list[Fault] = []
         self.lost_nodes: list[str] = []
+
+    @property
+    def cluster(self):
+        """The raylog cluster of the simulated cluster as it is now (a whole-cluster restart makes a new one)."""
+        return self.sim.cluster
 
     # --- choosing targets ------------------------------------------------------------------
 
@@ -209,18 +174,25 @@ class FaultInjector:
             else:
                 fault.duration_s = self.rng.uniform(*self.pause_s)
                 os.kill(fault.pid, signal.SIGSTOP)
-        elif fault.kind == "lose-node":
+        elif fault.kind in ("lose-node", "restart-node"):
             workers = [n for n in self.sim.node_ids() if n != self.sim.head_id()]
             if len(workers) < 3:
                 raise ValueError("fewer than 3 worker nodes: losing one would stall replication factor 3")
-            mounted = [n for n in workers if n in self.tmpfs_nodes]
-            if len(mounted) == 1 and len(workers) > 1:
+            mounted = [n for n in workers if n in self.sim.disks]
+            if fault.kind == "lose-node" and len(mounted) == 1 and len(workers) > 1:
                 workers.remove(mounted[0])  # keep one data directory fill-disk can fill
             fault.node = self.rng.choice(workers)
-            fault.target = f"node {fault.node[:12]}"
-            fault.duration_s = self.rng.uniform(3.0, 10.0)  # until a fresh node joins
+            fault.data_dir = self.sim.data_dirs[fault.node]
+            fault.target = f"node {self.sim.raylog_node(fault.node)} (Ray node {fault.node[:12]})"
+            fault.duration_s = self.rng.uniform(3.0, 10.0)  # until it (or a fresh node) is back
             self.sim.remove(fault.node)
-            self.lost_nodes.append(fault.node)
+            if fault.kind == "lose-node":
+                self.lost_nodes.append(fault.node)
+        elif fault.kind == "restart-cluster":
+            if self.restart_cluster is None:
+                raise ValueError("no workload to restart with the cluster")
+            self.heal_all()
+            fault.target = self.restart_cluster()
         elif fault.kind == "elect-leaders":
             moved = self.cluster.admin().elect_leaders()
             fault.target = f"{len(moved)} partitions moved"
@@ -229,21 +201,21 @@ class FaultInjector:
             admin = self.cluster.admin()
             info = admin.describe_partitions(topic)[p]
             nodes = [r["node_id"] for r in info["replicas"]]
-            if info["adding"] or len(set(nodes) & set(self.sim.node_ids())) < len(nodes):
+            if info["adding"] or not all(r["node_alive"] for r in info["replicas"]):
                 raise ValueError(f"{topic}-{p} is being reassigned or has a replica on a lost node")
             shift = self.rng.randrange(1, len(nodes))
             order = nodes[shift:] + nodes[:shift]
             admin.alter_partition_reassignments({TopicPartition(topic, p): order})
             admin.elect_leaders([TopicPartition(topic, p)])
-            fault.target = f"{topic}-{p} led from node {order[0][:12]}"
+            fault.target = f"{topic}-{p} led from node {order[0]}"
         elif fault.kind == "fill-disk":
-            alive = [n for n in self.tmpfs_nodes if n in self.sim.node_ids()]
+            alive = [n for n in self.sim.disks if n in self.sim.node_ids()]
             if not alive:
                 raise ValueError("no node data directory on a tmpfs (mounting needs root)")
             fault.node = self.rng.choice(alive)
             fault.target = f"node {fault.node[:12]} data directory"
             fault.duration_s = self.rng.uniform(*self.pause_s)
-            fault.ballast = self.tmpfs_nodes[fault.node] / "ballast.fill"
+            fault.ballast = self.sim.disks[fault.node] / "ballast.fill"
             fill(fault.ballast)
         else:
             raise ValueError(f"unknown fault {fault.kind!r}")
@@ -257,6 +229,8 @@ class FaultInjector:
                 os.kill(fault.pid, signal.SIGCONT)
         elif fault.kind == "lose-node":
             self.sim.add()
+        elif fault.kind == "restart-node":
+            self.sim.add(fault.data_dir)
         elif fault.kind == "fill-disk" and fault.ballast is not None:
             fault.ballast.unlink(missing_ok=True)
         fault.ended = time.monotonic()
@@ -282,18 +256,3 @@ class FaultInjector:
             if fault.error is not None:
                 out[fault.kind] = out.get(fault.kind, 0) + 1
         return out
-
-
-def tmpfs_data_dirs(sim, data_root: str, size_mb: int) -> dict[str, Path]:
-    """Mount a small tmpfs on each worker node's data directory (before any replica writes there);
-    {} where mounting is not allowed."""
-    if not can_mount_tmpfs():
-        return {}
-    out = {}
-    for node in sim.node_ids():
-        if node == sim.head_id():
-            continue
-        path = Path(os.path.expanduser(node_data_dir(data_root, node)))
-        mount_tmpfs(path, size_mb)
-        out[node] = path
-    return out

@@ -13,11 +13,14 @@ class Workload:
     """One producer thread sends ``keys`` keys round-robin, numbered per key, at a steady trickle;
     one consumer thread reads everything. Every outcome and every read goes into ``history``."""
 
-    def __init__(self, cluster, topic: str, keys: int = 8, acks="all", pause_s: float = 0.005, **producer):
+    def __init__(self, cluster, topic: str, keys: int = 8, acks="all", pause_s: float = 0.005,
+                 history: History | None = None, prefix: bytes = b"", **producer):
+        """``history`` and ``prefix``: a later workload on the same topic (after a restart) records
+        into the same history under keys of its own."""
         self.cluster = cluster
         self.topic = topic
-        self.history = History()
-        self.keys = [b"k%d" % k for k in range(keys)]
+        self.history = history or History()
+        self.keys = [prefix + b"k%d" % k for k in range(keys)]
         self.pause_s = pause_s
         self.producer = cluster.producer(acks=acks, linger_ms=2, **producer)
         self.consumer = cluster.consumer(topic, auto_offset_reset="earliest")

@@ -10,11 +10,11 @@ from raylog.errors import (
     InvalidTopicError, TopicAlreadyExistsError, UnknownTopicOrPartitionError,
 )
 
-NODES = ["n0", "n1", "n2", "n3"]
+NODES = [0, 1, 2, 3]
 
 
 def place(count, first, rf):
-    return [[(NODES[(first + p + r) % len(NODES)], "/data") for r in range(rf)] for p in range(count)]
+    return [[NODES[(first + p + r) % len(NODES)] for r in range(rf)] for p in range(count)]
 
 
 def apply(state, result):
@@ -35,7 +35,7 @@ def test_replaying_the_emitted_records_rebuilds_an_equal_state():
     log += apply(state, state.create_topic("b", 1, 1, {}, "id-b", place))[0]
     log += apply(state, state.replicas_lost("a", 0, {0}, lambda r: r != 0, False))[0]
     log += apply(state, state.alter_isr("a", 1, 0, 0, 0, [0], everyone))[0]
-    log += apply(state, state.delete_topic("b", lambda r: r["node_id"] == "n0"))[0]
+    log += apply(state, state.delete_topic("b", lambda r: r["node_id"] == 0))[0]
     rebuilt = ControllerState()
     for r in log:
         rebuilt.replay(r)
@@ -46,7 +46,7 @@ def test_a_topic_gets_its_replicas_preferred_leader_first_all_in_sync():
     state = ControllerState()
     apply(state, state.create_topic("t", 2, 3, {}, "id", place))
     part = state.partition("t", 1)
-    assert [r["node_id"] for r in part["replicas"]] == ["n1", "n2", "n3"]
+    assert [r["node_id"] for r in part["replicas"]] == [1, 2, 3]
     assert (part["leader"], part["leader_epoch"], part["isr"]) == (0, 0, [0, 1, 2])
 
 
@@ -87,13 +87,16 @@ def test_losing_a_follower_removes_it_from_the_isr_without_an_election():
 
 
 def test_with_no_live_isr_member_the_partition_goes_offline_unless_unclean_election_is_on():
+    """The followers left the ISR while it stayed at min_insync_replicas (1): the high watermark
+    moved on without them, so neither may lead cleanly."""
     state = ControllerState()
-    apply(state, state.create_topic("t", 1, 3, {}, "id", place))
+    apply(state, state.create_topic("t", 1, 3, {"min.insync.replicas": 1}, "id", place))
     apply(state, state.alter_isr("t", 0, 0, 0, 0, [0], everyone))
     _, part = apply(state, state.replicas_lost("t", 0, {0}, lambda r: r != 0, unclean=False))
     assert part["leader"] == NO_LEADER and part["isr"] == [0], "the last in-sync replica stays, for when it returns"
+    assert part["elr"] == []
     unclean = ControllerState()
-    apply(unclean, unclean.create_topic("t", 1, 3, {}, "id", place))
+    apply(unclean, unclean.create_topic("t", 1, 3, {"min.insync.replicas": 1}, "id", place))
     apply(unclean, unclean.alter_isr("t", 0, 0, 0, 0, [0], everyone))
     _, part = apply(unclean, unclean.replicas_lost("t", 0, {0}, lambda r: r != 0, unclean=True))
     assert part["leader"] == 1 and part["isr"] == [1]
@@ -132,22 +135,174 @@ def test_preferred_election_moves_leadership_back_once_the_first_replica_is_in_s
 def test_a_reassignment_adds_the_new_replicas_and_drops_the_old_ones_once_they_are_in_sync():
     state = ControllerState()
     apply(state, state.create_topic("t", 1, 3, {}, "id", place))
-    _, part = apply(state, state.reassign("t", 0, [("n0", "/d"), ("n1", "/d"), ("n3", "/d")]))
+    _, part = apply(state, state.reassign("t", 0, [0, 1, 3]))
     assert part["adding"] == [3] and part["removing"] == [2]
-    assert [r["node_id"] for r in part["replicas"]] == ["n0", "n1", "n3", "n2"]
+    assert [r["node_id"] for r in part["replicas"]] == [0, 1, 3, 2]
     _, part = apply(state, state.alter_isr("t", 0, 0, 0, part["partition_epoch"], [0, 1, 2], everyone))
     assert part["adding"] == [3], "the new replica is not in sync yet"
     _, part = apply(state, state.alter_isr("t", 0, 0, 0, part["partition_epoch"], [0, 1, 2, 3], everyone))
-    assert [r["node_id"] for r in part["replicas"]] == ["n0", "n1", "n3"]
+    assert [r["node_id"] for r in part["replicas"]] == [0, 1, 3]
     assert part["isr"] == [0, 1, 3] and part["adding"] == part["removing"] == []
 
 
 def test_deleting_a_topic_remembers_the_replicas_that_could_not_delete_their_files():
     state = ControllerState()
     apply(state, state.create_topic("t", 2, 2, {}, "tid", place))
-    apply(state, state.delete_topic("t", lambda r: r["node_id"] == "n1"))
+    apply(state, state.delete_topic("t", lambda r: r["node_id"] == 1))
     assert set(state.pending_deletions) == {("tid", 0, 1), ("tid", 1, 0)}
     apply(state, (state.replica_deleted("tid", 0, 1), None))
     assert set(state.pending_deletions) == {("tid", 1, 0)}
     with pytest.raises(UnknownTopicOrPartitionError):
         state.topic("t")
+
+
+# --- nodes, restarts and KIP-966's eligible leader replicas (issue 30) -----------------------------
+
+
+def test_a_new_cluster_registers_its_head_and_new_directories_get_ids_never_used_before():
+    state = ControllerState()
+    apply(state, (state.create_cluster("cid", 0, "10.0.0.1", "/data"), None))
+    assert (state.cluster_id, state.head_node_id, list(state.nodes)) == ("cid", 0, [0])
+    assert state.next_node_id() == 1
+    apply(state, (state.register_node(1, "10.0.0.2", "/d1"), None))
+    apply(state, (state.register_node(5, "10.0.0.3", "/d5"), None))
+    assert state.next_node_id() == 6
+    assert state.register_node(1, "10.0.0.2", "/d1") == [], "the same node from the same place: nothing to record"
+    moved = state.register_node(1, "10.0.0.9", "/mnt/d1")
+    assert moved and apply(state, (moved, None)) and state.nodes[1].host == "10.0.0.9"
+
+
+def rf3(min_isr: int = 2) -> ControllerState:
+    state = ControllerState()
+    apply(state, state.create_topic("t", 1, 3, {"min.insync.replicas": min_isr}, "id", place))
+    return state
+
+
+def test_a_replica_leaving_an_isr_below_min_insync_replicas_becomes_an_eligible_leader_replica():
+    state = rf3()
+    _, part = apply(state, state.replicas_lost("t", 0, {2}, lambda r: r != 2, False))
+    assert (part["isr"], part["elr"]) == ([0, 1], []), "the ISR is still at the minimum: the HW moves on without 2"
+    _, part = apply(state, state.replicas_lost("t", 0, {1}, lambda r: r == 0, False))
+    assert (part["isr"], part["elr"]) == ([0], [1]), "from here the HW stays put: 1 holds every committed record"
+
+
+def test_after_a_whole_cluster_shutdown_any_two_of_three_nodes_bring_the_partition_back():
+    """Nodes die one after the other as a cluster stops (2, then 1, then the leader 0); on restart any
+    two of the three returning include an ISR or ELR member, which leads cleanly."""
+    for back in ([0, 1], [0, 2], [1, 2], [1], [0]):
+        state = rf3()
+        dead: set[int] = set()
+        for victim in (2, 1, 0):
+            dead.add(victim)
+            apply(state, state.replicas_lost("t", 0, {victim}, lambda r: r not in dead, False))
+        assert state.partition("t", 0)["leader"] == NO_LEADER
+        _, part = apply(state, state.elect_leader("t", 0, lambda r: r in back, unclean=False))
+        assert part["leader"] in back and part["leader"] != 2, back
+        assert part["leader"] in part["isr"] and set(part["isr"]) <= set(back), "only running members stay in sync"
+
+
+def test_a_replica_that_left_while_the_isr_was_at_the_minimum_is_never_elected_cleanly():
+    state = rf3()
+    dead: set[int] = set()
+    for victim in (2, 1, 0):
+        dead.add(victim)
+        apply(state, state.replicas_lost("t", 0, {victim}, lambda r: r not in dead, False))
+    assert state.elect_leader("t", 0, lambda r: r == 2, unclean=False) == ([], None), "2 may lack committed records"
+
+
+def test_an_elected_leader_keeps_only_running_replicas_in_its_isr():
+    state = rf3()
+    apply(state, state.elect_leader("t", 0, lambda r: False, unclean=False))  # a restart: nobody is back
+    part = state.partition("t", 0)
+    assert (part["leader"], part["isr"]) == (NO_LEADER, [0, 1, 2]), "offline, the ISR kept for whoever returns"
+    _, part = apply(state, state.elect_leader("t", 0, lambda r: r == 1, unclean=False))
+    assert (part["leader"], part["isr"], part["elr"]) == (1, [1], [0, 2])
+
+
+def test_the_eligible_leader_replicas_are_forgotten_once_the_isr_is_back_at_the_minimum():
+    state = rf3()
+    apply(state, state.replicas_lost("t", 0, {1, 2}, lambda r: r == 0, False))
+    part = state.partition("t", 0)
+    assert part["elr"] == [1, 2]
+    _, part = apply(state, state.alter_isr("t", 0, 0, part["leader_epoch"], part["partition_epoch"], [0, 1],
+                                           everyone))
+    assert (part["isr"], part["elr"]) == ([0, 1], [])
+
+
+def drained(state: ControllerState, node: int) -> ControllerState:
+    apply(state, (state.create_cluster("cid", 9, "h", "/d"), None))
+    for n in NODES:
+        apply(state, (state.register_node(n, "h", f"/d{n}"), None))
+    apply(state, (state.set_draining(node, True), None))
+    return state
+
+
+def test_draining_a_node_moves_its_leadership_and_takes_it_out_of_the_isr():
+    state = drained(rf3(), 0)
+    _, part = apply(state, state.move_leaders_off("t", 0, 0, everyone))
+    assert part["leader"] == 1 and 0 not in part["isr"] and part["leader_epoch"] == 1
+    assert state.move_leaders_off("t", 0, 0, everyone) == ([], None), "nothing more to move"
+    _, part = apply(state, state.alter_isr("t", 0, 1, 1, part["partition_epoch"], [0, 1, 2], everyone))
+    assert 0 not in part["isr"], "a draining node joins no ISR"
+
+
+def test_a_draining_node_is_elected_only_when_no_other_in_sync_replica_lives():
+    state = drained(rf3(min_isr=1), 1)
+    _, part = apply(state, state.replicas_lost("t", 0, {0}, lambda r: r != 0, False))
+    assert part["leader"] == 2, "replica 1 is on the draining node"
+    _, part = apply(state, state.replicas_lost("t", 0, {2}, lambda r: r == 1, False))
+    assert part["leader"] == 1, "the draining node leads rather than leave the partition offline"
+
+
+def test_draining_cannot_move_a_leader_that_is_the_only_in_sync_replica():
+    state = ControllerState()
+    apply(state, state.create_topic("t", 1, 1, {}, "id", place))
+    drained(state, 0)
+    assert state.move_leaders_off("t", 0, 0, everyone) == ([], None)
+    assert state.partition("t", 0)["leader"] == 0
+
+
+def test_replicas_written_before_node_identity_are_adopted_by_the_head_when_their_files_are_there():
+    state = ControllerState()
+    legacy = {"type": "topic_created", "name": "t", "topic_id": "abcdef0123", "config": {}, "overrides": [],
+              "partitions": [{"replicas": [{"replica_id": 0, "node_id": "rayA", "directory": f"/old/root/node-rayA/abcdef01/t-{p}"}],
+                              "leader": 0, "leader_epoch": 0, "partition_epoch": 0, "isr": [0], "adding": [],
+                              "removing": []} for p in range(2)]}
+    other = {**legacy, "name": "u", "topic_id": "9999999999",
+             "partitions": [{**legacy["partitions"][0], "replicas": [
+                 {"replica_id": 0, "node_id": "rayB", "directory": "/old/root/node-rayB/99999999/u-0"}]}]}
+    state.replay(legacy)
+    state.replay(other)
+    here = {"node-rayA/abcdef01/t-0", "node-rayA/abcdef01/t-1"}
+    records = state.adopt_legacy_nodes(0, lambda rel: rel in here)
+    assert [r["legacy_node_id"] for r in records] == ["rayA"], "rayB's files are not on this node"
+    apply(state, (records, None))
+    assert [(r["node_id"], r["directory"]) for p in state.topic("t").partitions for r in p["replicas"]] == [
+        (0, "node-rayA/abcdef01/t-0"), (0, "node-rayA/abcdef01/t-1")]
+    assert state.topic("u").partitions[0]["replicas"][0]["node_id"] == "rayB"
+
+
+def test_replaying_node_records_rebuilds_nodes_drains_and_pending_removals():
+    state, log = ControllerState(), []
+    log += apply(state, (state.create_cluster("cid", 0, "h0", "/d0"), None))[0]
+    log += apply(state, (state.register_node(1, "h1", "/d1"), None))[0]
+    log += apply(state, (state.set_draining(1, True), None))[0]
+    log += apply(state, state.create_topic("t", 1, 2, {}, "tid", place))[0]
+    log += apply(state, (state.replica_removal_pending("t", 0, state.partition("t", 0)["replicas"][1]), None))[0]
+    rebuilt = ControllerState()
+    for r in log:
+        rebuilt.replay(r)
+    assert (rebuilt.cluster_id, rebuilt.head_node_id, rebuilt.nodes) == ("cid", 0, state.nodes)
+    assert rebuilt.nodes[1].draining and rebuilt.pending_deletions == state.pending_deletions
+    assert set(rebuilt.pending_deletions) == {("tid", 0, 1)}
+
+
+def test_a_drain_lasts_until_the_node_registers_from_another_ray_session():
+    """A controller restart registers every running node again: that must not end a drain."""
+    state = ControllerState()
+    apply(state, (state.create_cluster("cid", 0, "h0", "/d0"), None))
+    apply(state, (state.register_node(1, "h1", "/d1"), None))
+    apply(state, (state.set_draining(1, True, "ray-session-a"), None))
+    assert state.restarted(1, "ray-session-a") == []
+    apply(state, (state.restarted(1, "ray-session-b"), None))
+    assert not state.nodes[1].draining

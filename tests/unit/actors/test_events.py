@@ -8,7 +8,7 @@ from actors.events import (
 
 
 def partition(leader=0, leader_epoch=0, isr=(0, 1, 2), replicas=(0, 1, 2), adding=(), removing=()):
-    return {"replicas": [{"replica_id": r, "node_id": f"n{r}", "directory": "d"} for r in replicas],
+    return {"replicas": [{"replica_id": r, "node_id": r, "directory": "d"} for r in replicas],
             "leader": leader, "leader_epoch": leader_epoch, "partition_epoch": 0, "isr": list(isr),
             "adding": list(adding), "removing": list(removing)}
 

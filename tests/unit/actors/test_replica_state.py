@@ -146,3 +146,15 @@ def test_an_isr_reply_older_than_a_state_pushed_meanwhile_is_ignored():
     assert state.isr == {0, 1} and state.partition_epoch == 2
     state.on_isr_committed({0, 1, 2}, 3)
     assert state.isr == {0, 1, 2} and state.partition_epoch == 3, "a newer reply is applied"
+
+
+def test_the_high_watermark_stays_put_while_the_isr_is_below_min_insync_replicas():
+    """KIP-966: a follower that left an ISR already below the minimum holds every committed record,
+    which is what lets the controller elect it after the leader is lost (issue 30)."""
+    state = leader(isr=(0,), end=0)
+    state.min_insync_replicas = 2
+    state.on_leader_append(10)
+    assert state.high_watermark == 0
+    state.on_isr_committed([0, 1], partition_epoch=5)
+    state.on_follower_fetch(1, 10)
+    assert state.high_watermark == 10

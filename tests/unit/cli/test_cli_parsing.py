@@ -105,8 +105,8 @@ def test_datetimes_with_zone_and_in_local_time():
 def _partition(p, leo, urp=False):
     return {"partition": p, "leader": 0, "leader_epoch": 1, "isr": [0] if urp else [0, 1], "offline": False,
             "under_replicated": urp, "log_end_offset": leo, "high_watermark": leo,
-            "replicas": [{"replica_id": 0, "node_id": "abcdef0123456789", "alive": True},
-                         {"replica_id": 1, "node_id": "0123456789abcdef", "alive": not urp}]}
+            "replicas": [{"replica_id": 0, "node_id": 1, "alive": True},
+                         {"replica_id": 1, "node_id": 2, "alive": not urp}]}
 
 
 def test_top_rates_come_from_log_end_offset_growth():
@@ -131,5 +131,18 @@ def test_every_subcommand_that_describes_takes_json():
     parser = build_parser()
     for argv in (["topics", "list"], ["topics", "describe"], ["groups", "list"], ["groups", "describe", "g"],
                  ["groups", "lag", "g"], ["configs", "describe", "--topic", "t"],
-                 ["groups", "reset", "g", "--topic", "t", "--to-latest"], ["partitions", "elect-leaders"]):
+                 ["groups", "reset", "g", "--topic", "t", "--to-latest"], ["partitions", "elect-leaders"],
+                 ["nodes", "list"], ["nodes", "drain", "2"]):
         assert isinstance(parser.parse_args([*argv, "--json"]), argparse.Namespace)
+
+
+def test_top_frame_shows_each_node_alive_registered_or_missing():
+    node = {"host": "127.0.0.1", "data_dir": "/d", "draining": False, "lost": False, "replicas": 2, "leaders": 1,
+            "missing_ms": 0}
+    cluster = {"nodes": [{**node, "node_id": 0, "state": "alive"},
+                         {**node, "node_id": 1, "state": "registered", "draining": True},
+                         {**node, "node_id": 2, "state": "missing", "lost": True, "missing_ms": 84_000}]}
+    lines = render(Sample(1.0, 0.0, {"t": [_partition(0, 3)]}, cluster=cluster), {}, 1.0)
+    rows = {line.split()[0]: line for line in lines if line.split() and line.split()[0] in ("0", "1", "2")}
+    assert "alive" in rows["0"] and "registered, draining" in rows["1"]
+    assert "missing (lost)" in rows["2"] and "84 s" in rows["2"]

@@ -96,7 +96,7 @@ final class RangeReaders implements PartitionReaderFactory {
         name = found.get("name").asText();
         handle = name.isEmpty() ? null : RayCalls.actor(name, namespace);
         epoch = found.path("epoch").asInt(-1);
-        String node = found.path("node_id").asText("");
+        String node = found.path("ray_node_id").asText("");
         String directory = found.path("directory").asText("");
         localDirectory = !node.isEmpty() && !directory.isEmpty()
             && node.equals(Ray.getRuntimeContext().getCurrentNodeId().toString()) ? directory : null;
