@@ -912,6 +912,28 @@ class Controller:
         return {"node_id": node_id, "draining": True, "leaders": len(blocked), "in_isr": in_isr,
                 "blocked": blocked, "can_stop": not blocked}
 
+    async def replica_corrupt(self, topic_id: str, partition: int, replica_id: int, leader_epoch: int,
+                              partition_epoch: int) -> dict | None:
+        """A leader's report that a batch of its log failed its CRC on disk: another in-sync replica
+        leads from now on (the reporter refetches the batch as a follower). Returns the partition's
+        view, or None when nothing changed (a stale report, or no other in-sync replica)."""
+        key = (args.text("topic_id", topic_id, 64), args.integer("partition", partition, 0, args.INT32_MAX),
+               args.integer("replica_id", replica_id, 0, args.INT32_MAX))
+        leader_epoch = args.integer("leader_epoch", leader_epoch, 0, args.INT32_MAX)
+        partition_epoch = args.integer("partition_epoch", partition_epoch, 0, args.INT32_MAX)
+        await self._ensure_started()
+        found = self._locate(key)
+        if found is None:
+            return None
+        topic, p = found
+        records, _ = self.state.replica_corrupt(topic.name, p, replica_id, leader_epoch, partition_epoch,
+                                                self._is_alive(topic, p))
+        if not records:
+            return None
+        self._commit(records, "corrupt_batch")
+        self._push(topic, p)
+        return self._view(topic, p)
+
     async def alter_isr(self, topic_name: str, partition: int, leader_id: int, leader_epoch: int,
                         partition_epoch: int, new_isr: list[int]) -> dict:
         """A leader's ISR proposal; returns the partition's new state or raises FencedLeaderEpochError."""

@@ -429,6 +429,28 @@ class ControllerState:
         state["partition_epoch"] += 1
         return [self._changed(name, partition, state)], state
 
+    def replica_corrupt(self, name: str, partition: int, replica_id: int, leader_epoch: int, partition_epoch: int,
+                        alive: Callable[[int], bool]) -> tuple[list[dict], dict | None]:
+        """The leader found a batch of its log corrupt on disk: another live in-sync replica (never an
+        ELR member nor an out-of-sync one) takes over, and the reporter leaves the ISR and the ELR
+        (it refetches what it lost as a follower). No change when the report is stale or no other
+        in-sync replica lives: the partition then serves nothing past the corrupt batch."""
+        part = self.partition(name, partition)
+        if (part["leader"], part["leader_epoch"], part["partition_epoch"]) != (replica_id, leader_epoch,
+                                                                                partition_epoch):
+            return [], None
+        eligible = self._eligible(part)
+        others = [r for r in replica_ids(part) if r != replica_id and r in part["isr"] and alive(r)]
+        if not others:
+            return [], None
+        state = copy.deepcopy(part)
+        state["leader"] = ([r for r in others if eligible(r)] or others)[0]
+        state["leader_epoch"] += 1
+        state["partition_epoch"] += 1
+        state["isr"] = [r for r in state["isr"] if r != replica_id]
+        state["elr"] = [r for r in state.get("elr", []) if r != replica_id]
+        return [self._changed(name, partition, state)], state
+
     def replicas_lost(self, name: str, partition: int, lost: set[int], alive: Callable[[int], bool],
                       unclean: bool) -> tuple[list[dict], dict | None]:
         """Replicas died (their actor or node): they leave the ISR at once (so acks='all' does

@@ -134,6 +134,11 @@ class PartitionReplica:
         self.config = TopicConfig.from_mapping(config)
         self._config_version = config_version
         """The version of the topic config held (the controller counts its alterations)."""
+        # The page readers on this node read the segments by (local_reader.py): it says no one reads
+        # here before the log opens (recovery may cut what the last process's page described), then
+        # is published on every wake (new high watermark, new state), around every change of files,
+        # and with the lease on heartbeats.
+        self._view = ReadViewWriter(directory)
         opening = time.monotonic()
         self.log = PartitionLog(directory, self.config, on_roll=self._on_roll)
         if not self.log.recovered_cleanly and (self.log.log_end_offset or self.log.stats.bytes_cut_by_recovery):
@@ -152,15 +157,12 @@ class PartitionReplica:
         self.state = ReplicaState(replica_id, self.log.log_start_offset, self.log.log_end_offset,
                                   hw if hw is not None else self.log.log_start_offset, wall_clock_ms)
         self.state.min_insync_replicas = self.config.min_insync_replicas
-        # The page readers on this node read the segments by (local_reader.py): published on every
-        # wake (new high watermark, new state), around every change of files, and on heartbeats.
-        self._view = ReadViewWriter(directory)
         self.log.on_files_changing = self._publish_view
         # Producers on this node send batches over a Unix socket to the same produce() (started
         # on the first read_location, which is how they find it).
         self._channel = produce_channel.ProduceChannelServer(
-            produce_channel.socket_name(topic_id, partition, replica_id, os.getpid()), self.produce) \
-            if produce_channel.available else None
+            produce_channel.socket_name(topic_id, partition, replica_id, os.getpid()), self.produce,
+            lambda: self.config.max_message_bytes) if produce_channel.available else None
         self._initial_state = initial_state if not _restarted() else None
         self._started = False
         self._generation = 0
@@ -181,6 +183,9 @@ class PartitionReplica:
         self._forever: asyncio.Future | None = None
         self._deleted = False
         self._lease_until = 0.0
+        self._corrupt_from: int | None = None
+        """The first offset found corrupt on disk (a fetch's CRC check), cut and fetched again once
+        this replica follows."""
         """time.monotonic() until which this replica may act as a leader (see the module doc)."""
         self._heartbeat: asyncio.Future | None = None
         self._heartbeat_sent_at = 0.0
@@ -204,7 +209,7 @@ class PartitionReplica:
         if owner is not None and self.topic_id and owner != self.topic_id:
             shutil.rmtree(self.directory, ignore_errors=True)
         if self.topic_id and owner != self.topic_id:
-            os.makedirs(self.directory, exist_ok=True)
+            files.make_directory(Path(self.directory))
             files.write_text_value(path, PARTITION_METADATA_HEADER, self.topic_id)
 
     def _rebuild_epochs(self) -> None:
@@ -402,6 +407,9 @@ class PartitionReplica:
         else:
             new_leader = not (same_epoch and self.state.role == FOLLOWER and self.state.leader_id == leader)
             self.state.become_follower(leader, st["leader_epoch"], st["partition_epoch"], replicas, isr)
+            if self._corrupt_from is not None and self._corrupt_from < self.log.log_end_offset:
+                self._truncate(self._corrupt_from)  # the leader has these records: fetched again
+                self._corrupt_from = None
             self._fail_waiting(NotLeaderForPartitionError(
                 f"replica {self.replica_id} of {self.topic}-{self.partition} is no longer the leader"))
             if new_leader or self._leader is None:
@@ -455,7 +463,7 @@ class PartitionReplica:
         """Send a heartbeat, unless one is still unanswered (a silent controller must not find a pile
         of them when it wakes), and wait up to ``wait_s`` for the answer: it renews the lease and
         carries the partition's state when the controller holds a newer one than ours."""
-        self._view.touch()
+        self._view.touch(int(self._lease_until * 1e9))
         if self._heartbeat is None:
             try:
                 controller = self._controller_handle()
@@ -498,6 +506,7 @@ class PartitionReplica:
             session_ms = self.cluster.replica_session_timeout_ms
             lease_ms = session_ms - min(LEASE_MARGIN_MS, session_ms // 10)
             self._lease_until = max(self._lease_until, sent_at + lease_ms / 1000)
+            self._view.touch(int(self._lease_until * 1e9))
         if reply["state"] is not None and not self._deleted:
             self._apply_state(reply["state"])
 
@@ -556,7 +565,11 @@ class PartitionReplica:
         # behind would hold readers back (what it holds below its high watermark stays right).
         role = ROLE_LEADER if self.state.role == LEADER else \
             ROLE_FOLLOWER if self.state.role == FOLLOWER and self.replica_id in self.state.isr else ROLE_NONE
-        self._view.publish(self.state.high_watermark, self.state.leader_epoch, role, **self.log.reader_state())
+        # Capped at the log end: a truncation below the high watermark publishes before the state
+        # hears of it, and a page with the high watermark past the log end keeps readers spinning.
+        self._view.lease(int(self._lease_until * 1e9))
+        self._view.publish(min(self.state.high_watermark, self.log.log_end_offset), self.state.leader_epoch, role,
+                           **self.log.reader_state())
 
     def _wake(self) -> None:
         """Wake every parked fetch (new data or a new high watermark) and local readers."""
@@ -957,12 +970,47 @@ class PartitionReplica:
                 await asyncio.wait_for(event.wait(), remaining)
             except asyncio.TimeoutError:
                 pass
+        data = self._intact(data)
         if follower:
             self.replication_stats["follower_fetches_served"] += 1
             self.replication_stats["follower_bytes_served"] += len(data)
         else:
             self.metrics.fetched(data, offset, time.monotonic() - started)
         return data, self.state.high_watermark, self.log.log_start_offset, self.log.log_end_offset
+
+    def _intact(self, data):
+        """``data`` up to its first batch whose CRC fails: a byte of the log rotted on disk (the bytes
+        passed their CRC when appended). What is served is never corrupt: the batches before it, or
+        KafkaStorageError (retriable) when it is the first; and this replica gives up leadership
+        (``replica_corrupt`` at the controller) and, as a follower, cuts its log there and fetches
+        the rest again from the new leader."""
+        corrupt = next((b for b in iter_batches(data) if b.compute_crc() != b.crc), None)
+        if corrupt is None:
+            return data
+        offset = corrupt.base_offset
+        if self._corrupt_from is None or offset < self._corrupt_from:
+            self._corrupt_from = offset
+            log_event(logger, "corrupt_batch", logging.ERROR, topic=self.topic, partition=self.partition,
+                      replica=self.replica_id, offset=offset, directory=self.directory,
+                      consequence="not_served_leadership_given_up_refetched_as_follower")
+            if self.state.role == LEADER:
+                asyncio.get_running_loop().create_task(self._report_corruption())
+        if corrupt.position:
+            return data[:corrupt.position]
+        raise KafkaStorageError(f"replica {self.replica_id} of {self.topic}-{self.partition} holds a corrupt batch at "
+                                f"offset {offset} (its CRC fails) in {self.directory}: it is not served; another "
+                                "in-sync replica takes over and this one fetches it again")
+
+    async def _report_corruption(self) -> None:
+        try:
+            controller = self._controller_handle()
+            state = await controller.replica_corrupt.remote(self.topic_id, self.partition, self.replica_id,
+                                                            self.state.leader_epoch, self.state.partition_epoch)
+        except Exception:  # noqa: BLE001 - the controller is away: the next fetch of the batch reports it again
+            self._corrupt_from = None
+            return
+        if state is not None:
+            self._apply_state(_checked_state(state))
 
     # --- cross-language calls (the Spark connector's JVM) -------------------------------------
     # Ray's Java API passes ints, strings, bytes and lists; an exception reaches Java as a
@@ -1023,21 +1071,23 @@ class PartitionReplica:
         return self.log.log_start_offset
 
     async def read_location(self) -> list:
-        """[Ray node id, partition directory, produce channel name or ""]: where a reader on this
-        node finds the segments and the read view (raylog/storage/local_reader.py), and where a
-        producer on this node sends batches without a Ray call (raylog/produce_channel.py)."""
+        """[Ray node id, partition directory, produce channel name or "", the channel's secret (hex)
+        or ""]: where a reader on this node finds the segments and the read view
+        (raylog/storage/local_reader.py), and where a producer on this node sends batches without
+        a Ray call (raylog/produce_channel.py). The secret is handed out only here, to callers
+        Ray's token admitted: the channel takes no connection without it."""
         import ray
 
-        name = ""
+        name = secret = ""
         if self._channel is not None and not self._deleted:
             try:
                 await self._channel.start()
-                name = self._channel.name
+                name, secret = self._channel.name, self._channel.secret.hex()
             except OSError as exc:
                 logger.warning("%s-%s: no produce channel (%s); producers here use Ray calls",
                                self.topic, self.partition, exc)
                 self._channel = None
-        return [ray.get_runtime_context().get_node_id(), str(self.directory), name]
+        return [ray.get_runtime_context().get_node_id(), str(self.directory), name, secret]
 
     async def describe(self) -> dict:
         self._ensure_started()

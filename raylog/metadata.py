@@ -54,12 +54,23 @@ class Metadata:
     def _load(self, topic: str) -> TopicInfo:
         validate_topic_name(topic)  # before any call: an invalid name never reaches the controller
         loaded_at = time.monotonic()
-        description, leaders = ray_calls.get(self._controller.topic_metadata.remote(topic), self._timeout_s)
+        return self._install(topic, ray_calls.get(self._controller.topic_metadata.remote(topic), self._timeout_s),
+                             loaded_at)
+
+    def _install(self, topic: str, answer, loaded_at: float) -> TopicInfo:
+        description, leaders = answer
         info = TopicInfo(description, leaders, len(leaders),
                          int(description.config.get("max_message_bytes", 1 << 62)), loaded_at)
         with self._lock:
             self._topics[topic] = info
         return info
+
+    def refresh_later(self, topic: str) -> "PendingRefresh":
+        """Ask the controller for the topic's metadata without waiting (a client thread that must
+        not block on a busy controller, as a producer's sender): ``PendingRefresh.done`` installs
+        the answer once it has come."""
+        validate_topic_name(topic)
+        return PendingRefresh(self, topic, self._controller.topic_metadata.remote(topic), time.monotonic())
 
     def describe(self, topic: str) -> TopicDescription:
         return self.topic(topic).description
@@ -89,3 +100,54 @@ class Metadata:
                 self._topics.clear()
             else:
                 self._topics.pop(topic, None)
+
+
+class LeaderWatch:
+    """Looks up, without blocking the client thread on a busy controller, the leaders of topics
+    whose calls go unanswered: a paused or cut-off leader is fenced after the session timeout and
+    its lease lapsed before that, so it can answer nothing, and waiting out request_timeout_ms for
+    it (as Kafka's clients do) only delays the new leader."""
+
+    def __init__(self, metadata: Metadata, interval_s: float, give_up_s: float):
+        """Each watched topic is looked up again once its last answer is ``interval_s`` old, or
+        when the controller has not answered for ``give_up_s`` (a controller that busy was replaced)."""
+        self._metadata, self._interval_s, self._give_up_s = metadata, interval_s, give_up_s
+        self._pending: dict[str, PendingRefresh] = {}
+
+    def look(self, topics: set[str], now: float) -> dict[str, TopicInfo]:
+        """The latest answer for each of ``topics`` that has one; stops watching the others."""
+        for topic in list(self._pending):
+            if topic not in topics:
+                del self._pending[topic]
+        answered = {}
+        for topic in topics:
+            pending, info = self._pending.get(topic), None
+            if pending is not None:
+                try:
+                    info = pending.done()
+                except Exception:  # noqa: BLE001 - the controller failed the request: ask again
+                    pending = None
+            if pending is None or now - pending.asked_at >= (self._interval_s if info else self._give_up_s):
+                self._pending[topic] = self._metadata.refresh_later(topic)
+            if info is not None:
+                answered[topic] = info
+        return answered
+
+
+class PendingRefresh:
+    """A metadata request under way (Metadata.refresh_later)."""
+
+    def __init__(self, metadata: Metadata, topic: str, ref, asked_at: float):
+        self._metadata, self.topic, self._ref, self.asked_at = metadata, topic, ref, asked_at
+        self._info: TopicInfo | None = None
+
+    def done(self) -> TopicInfo | None:
+        """The new metadata once the controller answered (installed for every user of the cache
+        the first time), else None; raises the controller's error."""
+        if self._info is None:
+            import ray
+
+            ready, _ = ray.wait([self._ref], timeout=0)
+            if ready:
+                self._info = self._metadata._install(self.topic, ray_calls.get(self._ref, 0), self.asked_at)
+        return self._info

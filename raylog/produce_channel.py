@@ -8,11 +8,15 @@ actor's 0.47 ms), most of a produce's end-to-end latency once consumers read the
 depend on which one carried the batch.
 
 The socket is in Linux's abstract namespace (a name, no file, nothing on the network; other
-OSes get no channel and use Ray calls). The replica names it after its topic id, partition,
-replica id and process id, and hands the name out through ``read_location``.
+OSes get no channel and use Ray calls). Abstract sockets have no permissions and every local
+user can list their names (/proc/net/unix), so the channel admits only what Ray would: the
+replica makes a random 32-byte secret when it starts and hands it out, with the name, only
+through ``read_location``, an actor call Ray's token guards; a connection must present it first,
+and must come from the replica's own user (SO_PEERCRED). Anything else is closed unread.
 
 Frames, little-endian:
 
+    hello:    4s magic "RLPC" | u16 version 1 | 32s secret            (once, client first)
     request:  u32 length | u32 request id | i8 acks | i32 leader epoch (-1: none) | i32 timeout ms | batch
     response: u32 length | u32 request id | msgpack body
 
@@ -21,16 +25,27 @@ A response body is ``[0, produce's response tuple]`` or ``[1, error class name, 
 in any order, matched by id. A connection that breaks fails every request still waiting on it
 with ReplicaNotAvailableError (retriable): the producer retries those batches, by sequence, at
 whoever leads.
+
+Bounds (a replica must not run out of memory or descriptors whatever a peer does): a request
+longer than the topic's max_message_bytes closes the connection before its bytes are read; at
+most MAX_IN_FLIGHT requests per connection are read and not yet answered (beyond that the
+replica stops reading it); responses wait for the peer to take them (``drain``); the bytes of
+requests read and not yet answered stay under BUFFERED_BYTES_MAX per replica; at most
+MAX_CONNECTIONS connections, each closed after IDLE_TIMEOUT_S without a request, or
+HELLO_TIMEOUT_S without its hello.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import itertools
+import os
 import socket
 import struct
 import sys
 import threading
+from collections import deque
 from concurrent.futures import Future
 from typing import Awaitable, Callable
 
@@ -38,9 +53,24 @@ import msgpack
 
 from raylog import errors
 
+HELLO = struct.Struct("<4sH32s")
+HELLO_MAGIC = b"RLPC"
+HELLO_VERSION = 1
+SECRET_BYTES = 32
 REQUEST = struct.Struct("<IIbii")
 RESPONSE = struct.Struct("<II")
-MAX_REQUEST_BYTES = 1 << 30
+_PEERCRED = struct.Struct("3i")
+"""struct ucred: pid, uid, gid."""
+
+MAX_CONNECTIONS = 64
+"""Connections one replica serves at once: a producer process opens one per partition it leads here."""
+MAX_IN_FLIGHT = 8
+"""Requests read from one connection and not answered yet (a producer keeps at most 5 per partition)."""
+BUFFERED_BYTES_MAX = 64 * 1024 * 1024
+"""Bytes of requests read and not yet answered, over all of a replica's connections (one request
+larger than that is still taken alone)."""
+IDLE_TIMEOUT_S = 300.0
+HELLO_TIMEOUT_S = 5.0
 
 available = sys.platform.startswith("linux")
 """Abstract Unix sockets are Linux's."""
@@ -58,18 +88,45 @@ def _address(name: str) -> str:
 ProduceFn = Callable[[bytes, int, "int | None", int], Awaitable[tuple]]
 
 
-class ProduceChannelServer:
-    """The replica's side: answers produce requests on its event loop with ``produce``."""
+class _ByteBudget:
+    """Bytes taken by requests in memory; ``take`` waits while taking more would pass the limit."""
 
-    def __init__(self, name: str, produce: ProduceFn):
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.used = 0
+        self._freed = asyncio.Condition()
+
+    async def take(self, n: int) -> None:
+        async with self._freed:
+            await self._freed.wait_for(lambda: self.used == 0 or self.used + n <= self.limit)
+            self.used += n
+
+    async def give(self, n: int) -> None:
+        async with self._freed:
+            self.used -= n
+            self._freed.notify_all()
+
+
+class ProduceChannelServer:
+    """The replica's side: answers produce requests on its event loop with ``produce``. Not
+    thread-safe: everything runs on that loop."""
+
+    def __init__(self, name: str, produce: ProduceFn, max_request_bytes: Callable[[], int]):
         self.name = name
+        self.secret = os.urandom(SECRET_BYTES)
         self._produce = produce
+        self._max_request_bytes = max_request_bytes
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[asyncio.StreamWriter] = set()
+        self._tasks: set[asyncio.Task] = set()
+        self._budget: _ByteBudget | None = None
         self._closed = False
+        self.refused = 0
+        """Connections closed unread: no secret, another user, over a bound."""
 
     async def start(self) -> None:
         if self._server is None and not self._closed:
+            self._budget = _ByteBudget(BUFFERED_BYTES_MAX)
             self._server = await asyncio.start_unix_server(self._serve, path=_address(self.name))
 
     async def close(self) -> None:
@@ -81,37 +138,78 @@ class ProduceChannelServer:
         for writer in list(self._connections):
             writer.close()
 
+    def _admits(self, writer: asyncio.StreamWriter) -> bool:
+        """Whether a new connection may say hello: room for it, and a peer of this replica's user."""
+        if self._closed or len(self._connections) >= MAX_CONNECTIONS:
+            return False
+        sock = writer.get_extra_info("socket")
+        try:
+            _, uid, _ = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
+        except (OSError, AttributeError, struct.error):
+            return False
+        return uid == os.getuid()
+
+    async def _hello(self, reader: asyncio.StreamReader) -> bool:
+        try:
+            magic, version, secret = HELLO.unpack(await asyncio.wait_for(reader.readexactly(HELLO.size),
+                                                                         HELLO_TIMEOUT_S))
+        except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError):
+            return False
+        return magic == HELLO_MAGIC and version == HELLO_VERSION and hmac.compare_digest(secret, self.secret)
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self._closed:  # accepted just before close(): drop it like the others
+        if not self._admits(writer) or not await self._hello(reader):
+            self.refused += 1
             writer.close()
             return
         self._connections.add(writer)
+        slots = asyncio.Semaphore(MAX_IN_FLIGHT)
+        sending = asyncio.Lock()
         try:
             while True:
-                head = await reader.readexactly(REQUEST.size)
+                await slots.acquire()
+                head = await asyncio.wait_for(reader.readexactly(REQUEST.size), IDLE_TIMEOUT_S)
                 length, request_id, acks, epoch, timeout_ms = REQUEST.unpack(head)
-                if length > MAX_REQUEST_BYTES:
-                    break  # not a producer of ours: drop the connection, never buffer it
-                records = await reader.readexactly(length)
-                asyncio.get_running_loop().create_task(
-                    self._answer(writer, request_id, records, acks, None if epoch < 0 else epoch, timeout_ms))
-        except (asyncio.IncompleteReadError, ConnectionError):
+                if length > self._max_request_bytes():
+                    self.refused += 1
+                    break  # not a batch this topic takes: drop the connection, never buffer it
+                await self._budget.take(length)
+                try:
+                    records = await reader.readexactly(length)
+                except BaseException:
+                    await self._budget.give(length)
+                    raise
+                task = asyncio.get_running_loop().create_task(self._answer(
+                    writer, sending, slots, request_id, records, acks, None if epoch < 0 else epoch, timeout_ms))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+        except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError):
             pass
         finally:
             self._connections.discard(writer)
             writer.close()
 
-    async def _answer(self, writer: asyncio.StreamWriter, request_id: int, records: bytes, acks: int,
-                      epoch: int | None, timeout_ms: int) -> None:
+    async def _answer(self, writer: asyncio.StreamWriter, sending: asyncio.Lock, slots: asyncio.Semaphore,
+                      request_id: int, records: bytes, acks: int, epoch: int | None, timeout_ms: int) -> None:
         try:
-            body = [0, list(await self._produce(records, acks, epoch, timeout_ms))]
-        except errors.RaylogError as exc:
-            body = [1, type(exc).__name__, list(exc.args), _plain_attributes(exc)]
-        except Exception as exc:  # noqa: BLE001 - a bug in produce: reported, the connection lives on
-            body = [1, "ActorCallError", [f"produce failed with {type(exc).__name__}: {exc}"], {}]
-        payload = msgpack.packb(body, use_bin_type=True)
-        if not writer.is_closing():
-            writer.write(RESPONSE.pack(len(payload), request_id) + payload)
+            try:
+                body = [0, list(await self._produce(records, acks, epoch, timeout_ms))]
+            except errors.RaylogError as exc:
+                body = [1, type(exc).__name__, list(exc.args), _plain_attributes(exc)]
+            except Exception as exc:  # noqa: BLE001 - a bug in produce: reported, the connection lives on
+                body = [1, "ActorCallError", [f"produce failed with {type(exc).__name__}: {exc}"], {}]
+            finally:
+                await self._budget.give(len(records))
+                del records
+            payload = msgpack.packb(body, use_bin_type=True)
+            async with sending:
+                if not writer.is_closing():
+                    writer.write(RESPONSE.pack(len(payload), request_id) + payload)
+                    await writer.drain()  # a peer that reads nothing holds this slot, not the replica's memory
+        except ConnectionError:
+            pass
+        finally:
+            slots.release()
 
 
 def _plain_attributes(exc: BaseException) -> dict:
@@ -129,24 +227,34 @@ def _error(name: str, args: list, attributes: dict) -> errors.RaylogError:
 
 
 class ProduceChannel:
-    """The producer's side: one connection to one replica, requests answered through Futures
-    (completed on the channel's reader thread)."""
+    """The producer's side: one connection to one replica. ``produce`` queues a request and returns
+    a Future at once; a writer thread sends (only it ever blocks on the socket, so a replica that
+    stops reading holds up no one else) and a reader thread completes the Futures. Thread-safe."""
 
-    def __init__(self, name: str, timeout_s: float = 5.0):
+    def __init__(self, name: str, secret: bytes, timeout_s: float = 5.0):
         self.name = name
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.settimeout(timeout_s)
-        self._sock.connect(_address(name))
+        try:
+            self._sock.connect(_address(name))
+            self._sock.sendall(HELLO.pack(HELLO_MAGIC, HELLO_VERSION, secret))
+        except OSError:
+            self._sock.close()
+            raise
         self._sock.settimeout(None)
         self._lock = threading.Lock()
+        self._ready = threading.Condition(self._lock)
         self._pending: dict[int, Future] = {}
+        self._outgoing: deque[tuple[bytes, object]] = deque()
         self._ids = itertools.count(1)
         self.broken: BaseException | None = None
-        self._reader = threading.Thread(target=self._read_responses, name="raylog-produce-channel", daemon=True)
-        self._reader.start()
+        for target, thread_name in ((self._write_requests, "raylog-produce-channel-writer"),
+                                    (self._read_responses, "raylog-produce-channel-reader")):
+            threading.Thread(target=target, name=thread_name, daemon=True).start()
 
     def produce(self, records, acks: int, leader_epoch: int | None, timeout_ms: int) -> Future:
-        """Send one batch; the Future gets produce's response tuple or its raylog error."""
+        """Queue one batch; the Future gets produce's response tuple or its raylog error. The buffer
+        is sent as it is when its turn comes: the caller leaves it alone until the Future is done."""
         future: Future = Future()
         with self._lock:
             if self.broken is not None:
@@ -154,17 +262,19 @@ class ProduceChannel:
                 return future
             request_id = next(self._ids) & 0xFFFFFFFF
             self._pending[request_id] = future
-            try:
-                self._sock.sendall(REQUEST.pack(len(records), request_id, acks,
-                                                -1 if leader_epoch is None else leader_epoch, timeout_ms))
-                self._sock.sendall(records)
-            except OSError as exc:
-                self._pending.pop(request_id, None)
-                self._break(exc)
-                future.set_exception(self.broken)
+            head = REQUEST.pack(len(records), request_id, acks, -1 if leader_epoch is None else leader_epoch,
+                                timeout_ms)
+            self._outgoing.append((head, records))
+            self._ready.notify()
         return future
 
+    @property
+    def pending(self) -> int:
+        """Requests sent or queued and not answered yet."""
+        return len(self._pending)
+
     def close(self) -> None:
+        """Fail every request not answered yet and end both threads."""
         with self._lock:
             self._break(None)
         try:
@@ -179,9 +289,27 @@ class ProduceChannel:
             why = f": {cause}" if cause is not None else ""
             self.broken = errors.ReplicaNotAvailableError(f"the produce channel to {self.name} closed{why}")
         waiting, self._pending = self._pending, {}
+        self._outgoing.clear()
+        self._ready.notify_all()
         for future in waiting.values():
             if not future.done():
                 future.set_exception(self.broken)
+
+    def _write_requests(self) -> None:
+        while True:
+            with self._lock:
+                while not self._outgoing and self.broken is None:
+                    self._ready.wait()
+                if self.broken is not None:
+                    return
+                head, records = self._outgoing.popleft()
+            try:
+                self._sock.sendall(head)
+                self._sock.sendall(records)
+            except OSError as exc:
+                with self._lock:
+                    self._break(exc)
+                return
 
     def _read_responses(self) -> None:
         sock = self._sock
@@ -190,15 +318,18 @@ class ProduceChannel:
                 head = _recv_exactly(sock, RESPONSE.size)
                 length, request_id = RESPONSE.unpack(head)
                 body = msgpack.unpackb(_recv_exactly(sock, length), raw=False)
+                # Made sense of before the request is taken off the waiting ones: an answer that
+                # makes none breaks the channel, which fails the request with the others.
+                result = tuple(body[1]) if body[0] == 0 else _error(body[1], body[2], body[3])
                 with self._lock:
                     future = self._pending.pop(request_id, None)
                 if future is None or future.done():
                     continue
-                if body[0] == 0:
-                    future.set_result(tuple(body[1]))
+                if isinstance(result, BaseException):
+                    future.set_exception(result)
                 else:
-                    future.set_exception(_error(body[1], body[2], body[3]))
-        except (OSError, EOFError, ValueError) as exc:
+                    future.set_result(result)
+        except Exception as exc:  # noqa: BLE001 - whatever ends the reader breaks the channel, visibly
             with self._lock:
                 self._break(exc)
 

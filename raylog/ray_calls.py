@@ -73,6 +73,12 @@ def get(refs: Any, timeout_s: float | None = None) -> Any:
         raise translate(exc) from None
 
 
+def forget(ref: "ray.ObjectRef") -> None:
+    """Stop waiting for a call: its answer, whenever it comes, is dropped, an error included (Ray
+    would otherwise log it as unhandled)."""
+    ref.future().add_done_callback(lambda done: done.exception())
+
+
 def with_retries(call: Callable[[], T], timeout_s: float, on_retry: Callable[[], None] | None = None) -> T:
     """``call()`` again after each retriable raylog error (a leader moving, a new leader not yet able
     to answer) until it succeeds or ``timeout_s`` has passed; ``on_retry()`` runs before each retry

@@ -61,7 +61,8 @@ class Consumer:
         self._create_topic = self._cluster.auto_creator(self.config.allow_auto_create_topics)
         self._timeout_s = self.config.request_timeout_ms / 1000
         self._metrics = ConsumerMetrics()
-        self._fetcher = Fetcher(self.config, self._metadata, self._metrics)
+        self._fetcher = Fetcher(self.config, self._metadata, self._metrics,
+                                self._cluster.config.replica_session_timeout_ms / 1000)
         self._closed = False
         self._group: GroupMember | None = None
         """The group membership, once subscribed."""

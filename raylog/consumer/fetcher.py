@@ -34,7 +34,7 @@ from raylog.consumer.column_batch import ColumnBatch
 from raylog.config import ConsumerConfig
 from raylog.consumer.local_leader import LocalLeader
 from raylog.errors import NoOffsetForPartitionError, OffsetOutOfRangeError
-from raylog.metadata import Metadata
+from raylog.metadata import LeaderWatch, Metadata
 from raylog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from raylog.records import TopicPartition
 from raylog.storage import futex
@@ -53,6 +53,12 @@ LOCAL_POLL_GROWTH = 1.1
 10% per look to every 2 ms."""
 MIN_FETCH_BYTES = 64 * 1024
 """A fetch that could ask for less than this waits for the buffer to drain instead."""
+WATCH_AFTER_S = 1.0
+WATCH_INTERVAL_S = 1.0
+WATCH_POLL_S = 0.05
+"""A fetch unanswered WATCH_AFTER_S past fetch_max_wait_ms has its topic's leaders looked up
+again, once every WATCH_INTERVAL_S while it stays unanswered, the answer looked for every
+WATCH_POLL_S (the producer's sender does the same)."""
 
 
 @dataclass(slots=True)
@@ -66,6 +72,8 @@ class PartitionState:
     retry_at: float = 0.0
     high_watermark: int = -1
     served_at: float = 0.0
+    sent_to_epoch: int = -1
+    """The leader epoch of the leader the fetch in flight went to."""
     buffered: deque = field(default_factory=deque)
     error: BaseException | None = None
     local: LocalLeader | None = None
@@ -75,8 +83,15 @@ class PartitionState:
 
 
 class Fetcher:
-    def __init__(self, config: ConsumerConfig, metadata: Metadata, metrics: ConsumerMetrics | None = None):
+    def __init__(self, config: ConsumerConfig, metadata: Metadata, metrics: ConsumerMetrics | None = None,
+                 leader_watch_after_s: float = 9.0):
+        """``leader_watch_after_s``: a leader lookup unanswered this long is asked again (the
+        cluster's replica_session_timeout_ms)."""
         self.config = config
+        self._watch_after_s = leader_watch_after_s
+        self._watch = LeaderWatch(metadata, WATCH_INTERVAL_S, leader_watch_after_s)
+        self._watch_at: float | None = None
+        """When send_fetches next looks at the fetches in flight for replaced leaders."""
         self.metadata = metadata
         self.metrics = metrics or ConsumerMetrics()
         self.states: dict[TopicPartition, PartitionState] = {}
@@ -109,8 +124,14 @@ class Fetcher:
         st.local_idle = False
         self.buffered_bytes -= sum(chunk.nbytes for chunk in st.buffered)
         st.buffered.clear()
+        self._drop_call(st)
+
+    def _drop_call(self, st: PartitionState) -> None:
+        """Forget a partition's fetch in flight (its answer, if one comes, is ignored); what was
+        buffered stays, and the next fetch asks again from where it asked."""
         if st.in_flight is not None:
-            self._refs.pop(st.in_flight, None)
+            if self._refs.pop(st.in_flight, None) is not None:
+                ray_calls.forget(st.in_flight)
             self.buffered_bytes -= st.in_flight_bytes
             st.in_flight = None
             st.in_flight_bytes = 0
@@ -143,6 +164,8 @@ class Fetcher:
 
     def send_fetches(self) -> None:
         now = time.monotonic()
+        # Here, not only in wait(): a consumer with data from other partitions never waits.
+        self._watch_at = self._watch_leaders(now)
         wanting = [(tp, st) for tp, st in self.states.items()
                    if not (st.paused or st.in_flight is not None or st.position is None or st.error is not None
                            or st.retry_at > now)]
@@ -176,6 +199,29 @@ class Fetcher:
             budget = max(min(full, free), 1)
             self._send(tp, st, budget)
             free -= budget
+
+    def _watch_leaders(self, now: float) -> float | None:
+        """Fetches unanswered WATCH_AFTER_S past fetch_max_wait_ms: look up their leaders again (once
+        a second per topic, without blocking poll on the controller) and fetch from the new one where
+        the leader was replaced meanwhile, so a consumer does not wait on a paused leader after it
+        was fenced; a fetch unanswered past fetch_max_wait_ms + request_timeout_ms is given up in any
+        case. Returns when to look next (None: nothing in flight)."""
+        wait_s = self.config.fetch_max_wait_ms / 1000
+        flying = [(tp, st) for tp, st in self.states.items() if st.in_flight is not None]
+        late = [(tp, st) for tp, st in flying if now - st.served_at > wait_s + WATCH_AFTER_S]
+        for tp, st in late:
+            if now - st.served_at > wait_s + self._timeout_s:
+                self._drop_call(st)
+                self.metadata.invalidate(tp.topic)
+        answered = self._watch.look({tp.topic for tp, st in late if st.in_flight is not None}, now)
+        for tp, st in late:
+            info = answered.get(tp.topic)
+            if info is not None and st.in_flight is not None \
+                    and info.description.partitions[tp.partition].leader_epoch > st.sent_to_epoch:
+                self._drop_call(st)
+        if late:
+            return now + WATCH_POLL_S
+        return min((st.served_at + wait_s + WATCH_AFTER_S for _, st in flying), default=None)
 
     # --- reading on the leader's node -------------------------------------------------------
 
@@ -232,6 +278,7 @@ class Fetcher:
             self._failed(tp, st, ray_calls.translate(exc))
             return
         ref = leader.fetch.remote(st.fetch_offset, budget, self.config.fetch_max_wait_ms, self.config.fetch_min_bytes)
+        st.sent_to_epoch = self.metadata.leader_epoch(tp.topic, tp.partition)
         st.in_flight = ref
         st.in_flight_bytes = budget
         st.served_at = time.monotonic()
@@ -241,6 +288,8 @@ class Fetcher:
     def wait(self, timeout_s: float) -> None:
         """Wait up to ``timeout_s`` for at least one fetch to complete, then take every completed one
         (or, with partitions read locally, until one of their leaders' pages shows new data)."""
+        if self._watch_at is not None:
+            timeout_s = min(timeout_s, max(0.0, self._watch_at - time.monotonic()))
         if any(st.local_idle for st in self.states.values()):
             self._wait_local(timeout_s)
             return

@@ -3,6 +3,8 @@ else an in-sync follower's (committed records are the same there)."""
 
 from __future__ import annotations
 
+import time
+
 import ray
 
 from raylog import ray_calls
@@ -10,6 +12,9 @@ from raylog.errors import RaylogError
 from raylog.metadata import Metadata
 from raylog.storage.local_reader import LocalReader
 from raylog.storage.read_view import ROLE_FOLLOWER
+
+STALE_REFRESH_S = 1.0
+"""How often the metadata is looked at again while the local replica's lease has lapsed."""
 
 
 def open_local_reader(metadata: Metadata, topic: str, partition: int,
@@ -55,6 +60,7 @@ class LocalLeader:
         self.reader: LocalReader | None = None
         self.epoch: int | None = None
         """The leader epoch ``reader`` was looked up for; None: look up again."""
+        self._refreshed_at = 0.0
 
     def current(self) -> LocalReader | None:
         """The reader for the leader the metadata names now, or None when that leader is elsewhere."""
@@ -81,6 +87,12 @@ class LocalLeader:
                 # old leader may still succeed and never refresh it, so refresh it now.
                 self._metadata.invalidate(self._topic)
                 self.close()
+            elif snap is not None and time.monotonic_ns() >= snap.valid_until_ns \
+                    and time.monotonic() - self._refreshed_at >= STALE_REFRESH_S:
+                # Its lease lapsed (paused, cut off): the controller is about to fence it, and the
+                # metadata must be looked at again for whoever leads next (once a second).
+                self._refreshed_at = time.monotonic()
+                self._metadata.invalidate(self._topic)
         return got
 
     def close(self) -> None:

@@ -81,7 +81,8 @@ class ProducerBatch:
     """One encoded batch for one partition: what the sender ships, retries and completes."""
 
     __slots__ = ("tp", "result", "indices", "records", "count", "nbytes", "created", "attempts",
-                 "retry_at", "epoch", "base_sequence", "order", "sent_at", "ever_sent", "error", "last_error")
+                 "retry_at", "epoch", "base_sequence", "order", "sent_at", "sent_to_epoch", "ever_sent", "error",
+                 "last_error")
 
     def __init__(self, tp: TopicPartition, result, indices: np.ndarray, records: bytearray | None, nbytes: int,
                  created: float, order: int):
@@ -103,6 +104,8 @@ class ProducerBatch:
         self.order = order
         """Position among this producer's batches for the partition: retries go back in this order."""
         self.sent_at = 0.0
+        self.sent_to_epoch = -1
+        """The leader epoch of the leader its last attempt went to."""
         self.ever_sent = False
         self.error: BaseException | None = None
         """Set when the batch failed before it could be sent (a record too large once encoded)."""

@@ -123,7 +123,8 @@ class Producer:
         self._callbacks = CallbackRunner()
         self._acc = RecordAccumulator(self.config, self._metadata, self._callbacks,
                                       self._cluster.auto_creator(self.config.allow_auto_create_topics))
-        self._sender = Sender(self.config, self._acc, self._metadata, self._producer_id)
+        self._sender = Sender(self.config, self._acc, self._metadata, self._producer_id,
+                              self._cluster.config.replica_session_timeout_ms / 1000)
         self._sender.start()
         self._key_serializer = self.config.key_serializer
         self._value_serializer = self.config.value_serializer

@@ -55,9 +55,10 @@ from raylog.producer.batch_builder import BatchBuilder, ProducerBatch
 from raylog.client_metrics import ProducerMetrics
 from raylog.config import ProducerConfig
 from raylog.errors import (
-    IllegalStateError, InvalidProducerEpochError, KafkaTimeoutError, OutOfOrderSequenceError,
+    IllegalStateError, InvalidProducerEpochError, KafkaTimeoutError, NotLeaderForPartitionError,
+    OutOfOrderSequenceError,
 )
-from raylog.metadata import Metadata
+from raylog.metadata import LeaderWatch, Metadata
 from raylog.storage.batch import RecordBatch
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,13 @@ hold up other partitions for request_timeout_ms); without an answer it makes Ray
 MAX_CHANNELS = 32
 """Channels one producer keeps open (each is a socket and a reader thread): partitions beyond
 them on this node use Ray calls."""
+WATCH_AFTER_S = 1.0
+WATCH_INTERVAL_S = 1.0
+WATCH_POLL_S = 0.05
+"""A call unanswered WATCH_AFTER_S has its topic's leaders looked up again, once every
+WATCH_INTERVAL_S while it stays unanswered, the answer looked for every WATCH_POLL_S: an answer
+takes milliseconds (a few hundred under load), and each look is one small call to the controller,
+made without waiting for it."""
 JITTER = 0.2
 """Retry backoff is spread by +-20% (KIP-580), so producers that failed together retry apart."""
 
@@ -127,7 +135,9 @@ def retry_backoff_s(attempts: int, config: ProducerConfig, rng: random.Random = 
 
 class Sender(threading.Thread):
     def __init__(self, config: ProducerConfig, accumulator: RecordAccumulator, metadata: Metadata,
-                 producer_id: int):
+                 producer_id: int, leader_watch_after_s: float = 9.0):
+        """``leader_watch_after_s``: a call unanswered this long has its partition's leader looked up
+        again (the cluster's replica_session_timeout_ms: by then a paused leader is fenced)."""
         super().__init__(name="raylog-producer-sender", daemon=True)
         self.config = config
         self.acc = accumulator
@@ -149,6 +159,8 @@ class Sender(threading.Thread):
         self._channels: dict = {}
         """TopicPartition -> (leader epoch, ProduceChannel or None, monotonic time looked up): the
         same-node channel to each partition's leader (produce_channel.py)."""
+        self._watch_after_s = leader_watch_after_s
+        self._watch = LeaderWatch(metadata, WATCH_INTERVAL_S, leader_watch_after_s)
 
     # --- the loop -----------------------------------------------------------------------------
 
@@ -279,6 +291,7 @@ class Sender(threading.Thread):
             info = self.metadata.topic(batch.tp.topic, self.config.metadata_max_age_ms / 1000)
             leader = self.metadata.leader(batch.tp.topic, batch.tp.partition)
             epoch = info.description.partitions[batch.tp.partition].leader_epoch
+            batch.sent_to_epoch = epoch
             channel = self._channel(batch.tp, leader, epoch, now) if self.config.local_produce else None
             if channel is not None:
                 ref = channel.produce(batch.records, self.acks, epoch, self._replica_wait_ms)
@@ -319,9 +332,9 @@ class Sender(threading.Thread):
             try:
                 import ray
 
-                node, _, name = ray_calls.get(leader.read_location.remote(), CHANNEL_LOOKUP_TIMEOUT_S)
+                node, _, name, secret = ray_calls.get(leader.read_location.remote(), CHANNEL_LOOKUP_TIMEOUT_S)
                 if name and node == ray.get_runtime_context().get_node_id():
-                    channel = produce_channel.ProduceChannel(name)
+                    channel = produce_channel.ProduceChannel(name, bytes.fromhex(secret))
             except Exception:  # noqa: BLE001 - no channel (a replica gone, another node): Ray calls
                 channel = None
         self._channels[tp] = (epoch, channel, now)
@@ -364,19 +377,16 @@ class Sender(threading.Thread):
         self.acc.release(batch.nbytes)
 
     def _expire(self, now: float) -> float | None:
-        """Time out calls past request_timeout_ms and queued batches past delivery_timeout_ms;
-        returns the next time one of them would expire."""
+        """Time out calls past request_timeout_ms and queued batches past delivery_timeout_ms, and
+        resend calls whose leader was replaced while they waited; returns the next time one of them
+        would be due."""
         request_s = self.config.request_timeout_ms / 1000
         delivery_s = self.config.delivery_timeout_ms / 1000
-        next_due = None
+        next_due = self._watch_leaders(now)
         for ref, (batch, _) in list(self.in_flight.items()):
             due = batch.sent_at + request_s
             if due <= now:
-                del self.in_flight[ref]
-                st = self._state(batch.tp)
-                st.in_flight -= 1
-                self._in_flight_by_topic[batch.tp.topic] -= 1
-                self._on_error(st, batch, KafkaTimeoutError(
+                self._abandon(ref, batch, KafkaTimeoutError(
                     f"produce to {batch.tp.topic}-{batch.tp.partition} got no response in {request_s}s"), now)
             elif next_due is None or due < next_due:
                 next_due = due
@@ -394,6 +404,50 @@ class Sender(threading.Thread):
                     due = batch.created + delivery_s
                     next_due = due if next_due is None else min(next_due, due)
             st.queue = kept
+        return next_due
+
+    def _abandon(self, ref, batch: ProducerBatch, error: BaseException, now: float) -> None:
+        """Stop waiting for a call (its answer, if one comes, is ignored) and handle ``error`` as its
+        outcome. A same-node channel's requests are abandoned with the channel: its connection may
+        be stuck on a paused replica, and a closed one keeps nothing waiting."""
+        del self.in_flight[ref]
+        st = self._state(batch.tp)
+        st.in_flight -= 1
+        self._in_flight_by_topic[batch.tp.topic] -= 1
+        if isinstance(ref, Future):
+            self._close_channel(batch.tp)
+        self._on_error(st, batch, error, now)
+
+    def _close_channel(self, tp) -> None:
+        entry = self._channels.pop(tp, None)
+        if entry is not None and entry[1] is not None:
+            entry[1].close()
+
+    def _watch_leaders(self, now: float) -> float | None:
+        """Calls unanswered for WATCH_AFTER_S: look up their partitions' leaders again (once a second
+        per topic, without blocking the loop on the controller) and resend, by sequence, those whose
+        leader was replaced meanwhile. A paused or partitioned leader is fenced after the session
+        timeout, and its lease lapsed before that, so it can acknowledge nothing: waiting out
+        request_timeout_ms for its answer (Kafka's clients do) only delays the new leader. Returns
+        when to look next."""
+        late: dict[str, list] = {}
+        next_due = None
+        for ref, (batch, _) in self.in_flight.items():
+            due = batch.sent_at + WATCH_AFTER_S
+            if due <= now:
+                late.setdefault(batch.tp.topic, []).append((ref, batch))
+            else:
+                next_due = due if next_due is None else min(next_due, due)
+        answered = self._watch.look(set(late), now)
+        if late:
+            next_due = now + WATCH_POLL_S if next_due is None else min(next_due, now + WATCH_POLL_S)
+        for topic, info in answered.items():
+            for ref, batch in late[topic]:
+                epoch = info.description.partitions[batch.tp.partition].leader_epoch
+                if epoch > batch.sent_to_epoch and ref in self.in_flight:
+                    self._abandon(ref, batch, NotLeaderForPartitionError(
+                        f"{topic}-{batch.tp.partition}: the leader of epoch {batch.sent_to_epoch} was replaced "
+                        f"(epoch {epoch}) while the call waited"), now)
         return next_due
 
     def _on_error(self, st: PartitionState, batch: ProducerBatch, error: BaseException, now: float) -> None:

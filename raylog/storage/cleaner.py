@@ -169,7 +169,7 @@ def _swap(log: "PartitionLog", seg: Segment, batches: list[bytes]) -> None:
     log_file = files.log_path(log.directory, base)
     cleaned = log_file.with_name(log_file.name + files.CLEANED_SUFFIX)
     swap = log_file.with_name(log_file.name + files.SWAP_SUFFIX)
-    with open(cleaned, "wb") as f:
+    with open(os.open(cleaned, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, files.FILE_MODE), "wb") as f:
         for b in batches:
             f.write(b)
         f.flush()

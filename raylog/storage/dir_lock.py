@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from raylog.errors import DataDirectoryInUseError
+from raylog.storage import files
 
 LOCK_FILE = ".lock"
 
@@ -39,8 +40,8 @@ class DirectoryLock:
         """Take the lock if it is free; True when this process holds it (again) afterwards."""
         if self._fd is not None:
             return True
-        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(self.directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        files.make_directory(self.directory)
+        fd = os.open(self.directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, files.FILE_MODE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:

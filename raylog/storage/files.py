@@ -57,6 +57,12 @@ READ_VIEW_FILE = "read-view"
 """The page the replica publishes for readers on its node (read_view.py): high watermark, log
 start, active segment's written size, generation; read-only to everyone else."""
 
+FILE_MODE = 0o600
+"""Every file raylog writes in a data directory (segments, indexes, checkpoints, snapshots, the read
+view, meta.properties): the replica's user only. The readers of the files on a node are Ray
+workers of that same user, so this costs them nothing, and no other local user reads a record."""
+DIR_MODE = 0o700
+
 CHECKPOINT_VERSION = 1
 OFFSET_DIGITS = 20
 
@@ -110,7 +116,7 @@ def write_atomically(path: Path, data: bytes) -> None:
     """
     tmp = path.with_name(path.name + TMP_SUFFIX)
     try:
-        with open(tmp, "wb") as f:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE), "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
@@ -150,3 +156,27 @@ def read_text_value(path: Path) -> str | None:
 
 def write_text_value(path: Path, header: str, value: str) -> None:
     write_atomically(path, f"{header}\n{value}\n".encode())
+
+
+def make_directory(directory: Path) -> None:
+    """Create ``directory`` and the parents it lacks for their owner alone (mkdir's mode applies to
+    the last one only), and make an existing ``directory`` so."""
+    directory = Path(directory)
+    missing = []
+    while not directory.exists():
+        missing.append(directory)
+        directory = directory.parent
+    for path in reversed(missing):
+        path.mkdir(mode=DIR_MODE, exist_ok=True)
+    target = missing[0] if missing else directory
+    if target.stat().st_mode & 0o777 != DIR_MODE:
+        target.chmod(DIR_MODE)
+
+
+def restrict(directory: Path) -> None:
+    """Give a directory written by an older raylog, whose files followed the umask (0644), the modes
+    raylog writes with now: the directory 0700, its files 0600."""
+    make_directory(directory)
+    for entry in os.scandir(directory):
+        if entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mode & 0o777 != FILE_MODE:
+            os.chmod(entry.path, FILE_MODE)

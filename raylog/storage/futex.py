@@ -124,3 +124,26 @@ class SharedPage:
             self.buffer = None
             _munmap(self.address, self.size)
             self.address = 0
+
+
+def _fence_function():
+    """A full memory fence for the read view's seqlock, or None where none is at hand. x86-64 keeps
+    stores in order with stores and loads with loads (TSO), which is all a seqlock needs, and each
+    field is read or written by its own C call, which the compiler cannot reorder: nothing to do.
+    Elsewhere (aarch64 reorders both) libatomic's ``__atomic_thread_fence`` does it; without it,
+    readers must not trust the page (read_view.py then refuses to map one)."""
+    if platform.machine() in ("x86_64", "AMD64"):
+        return lambda: None
+    name = ctypes.util.find_library("atomic")
+    if name is None:
+        return None
+    try:
+        fence = ctypes.CDLL(name).__atomic_thread_fence
+    except (OSError, AttributeError):
+        return None
+    fence.argtypes, fence.restype = [ctypes.c_int], None
+    return lambda: fence(5)  # __ATOMIC_SEQ_CST
+
+
+fence = _fence_function()
+"""Call between a seqlock's sequence and its fields (read_view.py); None: no fence here."""

@@ -28,6 +28,8 @@ import os
 import struct
 from pathlib import Path
 
+from raylog.storage import files
+
 
 ALLOCATION_BYTES = 16 * 1024
 """Disk space allocated ahead of an active index's entries per step: 2,048 offset-index entries, 8 MiB
@@ -43,7 +45,7 @@ class Index:
         self.base_offset = base_offset
         self.entry_size = self.ENTRY.size
         self.max_entries = max(1, max_bytes // self.entry_size)
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, files.FILE_MODE)
         size = os.fstat(self._fd).st_size
         self.entries = size // self.entry_size
         self._mm: mmap.mmap | None = None

@@ -56,7 +56,7 @@ class LeaderEpochCache:
             self._starts.append(start)
 
     def _write(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        files.make_directory(self.path.parent)
         body = "\n".join([HEADER] + [f"{e} {s}" for e, s in zip(self._epochs, self._starts)]) + "\n"
         files.write_atomically(self.path, body.encode())
 

@@ -151,30 +151,34 @@ class LocalReader:
             found = self._read_segment(s, base, offset, max_bytes, limit)
             if found is None:
                 return None
-            data, reached_hw = found
-            if data or reached_hw:
+            data, stopped = found
+            if data or stopped:
                 return data
         return b""
 
     def _read_segment(self, s: ViewSnapshot, base: int, offset: int, max_bytes: int,
                       limit: int | None) -> tuple[bytes, bool] | None:
-        """(batches, whether the high watermark stopped the scan) from one segment; None when
-        its bytes do not hold together (a torn or stale read)."""
+        """(batches, whether the read must stop in this segment: the high watermark, max_bytes or
+        the active segment's written end stopped it) from one segment; None when its bytes do not
+        hold together (a torn or stale read, a header that is not one). The next segment is read
+        only after a scan that ended exactly at this one's end: bytes that stop making sense
+        before it must never let a reader step over the records behind them."""
         fd = self._fd(base)
+        active = limit is not None
         if limit is None:
             limit = os.fstat(fd).st_size
         pos = self._start_position(s, base, offset)
         start = None
         end = pos
         hw = s.high_watermark
-        while end + HEADER_SIZE <= limit:
+        while end < limit:
             head = os.pread(fd, _PEEK_BYTES, end)
             if len(head) < _PEEK_BYTES:
-                break
+                return None
             batch_base, length = _PEEK.unpack_from(head)
             size = LOG_OVERHEAD + length
-            if length <= 0 or end + size > limit:
-                break  # the segment's written end (zeros beyond it) or a batch not written yet
+            if size < HEADER_SIZE or end + size > limit:
+                return None  # the page says these bytes are written batches: they are not
             last = batch_base + _LAST_DELTA.unpack_from(head, LAST_OFFSET_DELTA_POS)[0]
             if last >= hw:
                 return self._finish(fd, base, start, end, hw, True)
@@ -182,22 +186,22 @@ class LocalReader:
                 if last >= offset:
                     start = end
             elif end + size - start > max_bytes:
-                break
+                return self._finish(fd, base, start, end, hw, True)
             end += size
         if start is None:
-            return b"", False
-        return self._finish(fd, base, start, end, hw, False)
+            return b"", active
+        return self._finish(fd, base, start, end, hw, active)
 
     def _finish(self, fd: int, base: int, start: int | None, end: int, hw: int,
-                reached_hw: bool) -> tuple[bytes, bool] | None:
+                stopped: bool) -> tuple[bytes, bool] | None:
         if start is None or end == start:
-            return b"", reached_hw
+            return b"", stopped
         data = os.pread(fd, end - start, start)
         last = _last_offset_if_intact(data) if len(data) == end - start else None
         if last is None:
             return None
         self._hint = (base, last + 1, end)
-        return data, reached_hw
+        return data, stopped
 
 
 

@@ -75,7 +75,7 @@ class NodeDirectory:
     def check_writable(self) -> None:
         """LogDirError unless the directory exists (created if missing) and this process may write it."""
         try:
-            self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
+            files.make_directory(self.path)
         except OSError as exc:
             raise LogDirError(f"cannot create the data directory {self.path}: {exc}") from None
         if not os.access(self.path, os.W_OK | os.X_OK):

@@ -115,5 +115,5 @@ def write(directory: str | Path, meta: NodeMeta) -> None:
     if found is not None:
         raise LogDirError(f"{directory} already is node {found.node_id} of cluster {found.cluster_id}; "
                           f"it cannot become node {meta.node_id} of cluster {meta.cluster_id}")
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    files.make_directory(directory)
     files.write_atomically(directory / META_FILE, meta.to_text().encode())

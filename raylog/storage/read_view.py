@@ -2,12 +2,13 @@
 without asking it.
 
 One file per partition directory, ``read-view`` (files.py), PAGE_SIZE bytes, written only by
-the replica that owns the directory, read (mapped read-only) by any process on the node.
-Layout, little-endian (the page never leaves the node, so no byte order is imposed on it):
+the replica that owns the directory, read (mapped read-only) by processes of the same user on the
+node (the file is 0600, as every file of the partition). Layout, little-endian (the page never
+leaves the node, so no byte order is imposed on it):
 
     offset size field
          0    4 magic               b"RLRV"
-         4    4 version             1
+         4    4 version             2 (1 had no valid_until_ns nor writer_start_ticks: not read)
          8    8 sequence            seqlock: odd while the replica writes, even when stable
         16    8 high_watermark      offsets below it are committed: what fetch returns
         24    8 log_start_offset    the first offset readers may ask for
@@ -18,10 +19,16 @@ Layout, little-endian (the page never leaves the node, so no byte order is impos
         56    8 active_size         bytes of the active segment fully written
         64    8 active_index_entries entries written to the active segment's offset index
         72    8 generation          odd while a truncation, segment deletion or compaction swap
-                                    changes the files, bumped again when done (PartitionLog.generation,
-                                    plus a base that grows with each writer process)
+                                    changes the files, or while the replica opens its log, bumped
+                                    again when done (PartitionLog.generation, plus a base that grows
+                                    with each writer process)
         80    8 writer_pid          the replica process that writes the page
         88    8 updated_ns          time.time_ns() of the last publication
+        96    8 valid_until_ns      CLOCK_MONOTONIC: the replica's lease (its last heartbeat the
+                                    controller answered, plus the session timeout less a margin);
+                                    past it the replica may have been replaced, and no one reads here
+       104    8 writer_start_ticks  the writer's start time (/proc/<pid>/stat field 22): a reused
+                                    pid is not the writer
 
 Every publication wakes the processes waiting on the sequence's low 32 bits with a futex
 (futex.py): a reader that found nothing new sleeps on the word it last saw
@@ -29,7 +36,9 @@ Every publication wakes the processes waiting on the sequence's low 32 bits with
 
 A reader takes a snapshot (``ReadView.snapshot``): it reads the sequence, the fields, and the
 sequence again, and retries while the two differ or are odd, so it never sees a torn value
-(Linux's seqlock; the replica is the page's only writer). Everything a reader then reads from
+(Linux's seqlock; the replica is the page's only writer). Fences (futex.fence) keep the sequence
+and the fields in order on machines that reorder memory accesses; where no fence is at hand,
+no page is read. Everything a reader then reads from
 the segment files is checked against a second snapshot taken after the read: a changed
 generation or log start means the bytes may be stale and are thrown away. The page is a hint
 that makes reads cheap; correctness rests on the batch CRCs and that second check.
@@ -49,17 +58,14 @@ from raylog.storage import files, futex
 
 PAGE_SIZE = 4096
 MAGIC = b"RLRV"
-VERSION = 1
+VERSION = 2
 ROLE_NONE, ROLE_LEADER, ROLE_FOLLOWER = 0, 1, 2
 
 _HEADER = struct.Struct("<4sI")
 _SEQUENCE = struct.Struct("<Q")
-_FIELDS = struct.Struct("<qqqiiqqqQqQ")
+_FIELDS = struct.Struct("<qqqiiqqqQqQqQ")
 _FIELDS_AT = 16
 _SNAPSHOT_RETRIES = 1000
-STALE_AFTER_NS = 30 * 10**9
-"""A page older than this is not read from: replicas touch it on every heartbeat (2 s by
-default), so only a paused, hung or killed replica leaves it this old."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,34 +83,48 @@ class ViewSnapshot:
     generation: int
     writer_pid: int
     updated_ns: int
+    valid_until_ns: int
+    writer_start_ticks: int
     sequence: int = 0
     """The seqlock's (even) sequence this reading was taken at: what ``ReadView.wait_word`` waits
     to see change."""
 
 
 class ReadViewWriter:
-    """The replica's side: owns the page and publishes new values (single writer)."""
+    """The replica's side: owns the page and publishes new values (single writer). Until the log
+    is open the page says nobody serves here (``unavailable``)."""
 
     def __init__(self, directory: str | Path):
         path = Path(directory) / files.READ_VIEW_FILE
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, files.FILE_MODE)
         try:
-            os.ftruncate(fd, PAGE_SIZE)
+            # Blocks allocated before the page is mapped: a store into an unallocated page of a
+            # shared mapping on a full disk would kill the replica with SIGBUS.
+            os.posix_fallocate(fd, 0, PAGE_SIZE)
             self._mm = mmap.mmap(fd, PAGE_SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
             os.close(fd)
         self._sequence = _SEQUENCE.unpack_from(self._mm, 8)[0]
         if self._sequence % 2:
             self._sequence += 1  # a writer killed mid-publication left it odd
-        previous = _FIELDS.unpack_from(self._mm, _FIELDS_AT)[8] if self._mm[:4] == MAGIC else 0
+        previous = _FIELDS.unpack_from(self._mm, _FIELDS_AT)[8] \
+            if _HEADER.unpack_from(self._mm, 0) == (MAGIC, VERSION) else 0
         # A new process's log counts generations from 0 again: start above every value published
         # before, at an even base, so a reader never sees the same generation on changed files.
         self._base_generation = previous + 2 + (previous % 2)
+        self._start_ticks = start_ticks(os.getpid()) or 0
         self._last: tuple | None = None
+        self._valid_until_ns = 0
         _HEADER.pack_into(self._mm, 0, MAGIC, VERSION)
         self._word = ctypes.c_char.from_buffer(self._mm, 8)
         self._word_address = ctypes.addressof(self._word)
         self.path = path
+        self.unavailable()
+
+    def unavailable(self) -> None:
+        """Say nobody serves reads here now (role none, an odd generation): published before the
+        log opens, while recovery may cut the files a previous process's page described."""
+        self._write((0, 0, 0, -1, ROLE_NONE, 0, 0, 0, self._base_generation - 1))
 
     def publish(self, high_watermark: int, leader_epoch: int, role: int, *, log_start_offset: int,
                 log_end_offset: int, active_base_offset: int, active_size: int, active_index_entries: int,
@@ -121,17 +141,25 @@ class ReadViewWriter:
         self._last = values
         self._write(values)
 
-    def touch(self) -> None:
-        """Republish the same values with a new time: a page not touched for STALE_AFTER_NS is
-        not trusted (its replica is paused, hung or gone)."""
+    def touch(self, valid_until_ns: int) -> None:
+        """Republish the same values with the replica's lease as it is now (renewed or not): past
+        it no reader trusts the page, so a paused or fenced replica's page stops being read."""
+        self._valid_until_ns = valid_until_ns
         if self._mm is not None and self._last is not None:
             self._write(self._last)
 
+    def lease(self, valid_until_ns: int) -> None:
+        """The replica's lease, published with the next write."""
+        self._valid_until_ns = valid_until_ns
+
     def _write(self, values: tuple) -> None:
-        """The seqlock's write: odd sequence, the fields, even sequence."""
+        """The seqlock's write: odd sequence, the fields, even sequence, with a fence between each."""
         seq = self._sequence + 1
         _SEQUENCE.pack_into(self._mm, 8, seq)
-        _FIELDS.pack_into(self._mm, _FIELDS_AT, *values, os.getpid(), time.time_ns())
+        _fence()
+        _FIELDS.pack_into(self._mm, _FIELDS_AT, *values, os.getpid(), time.time_ns(), self._valid_until_ns,
+                          self._start_ticks)
+        _fence()
         self._sequence = seq + 1
         _SEQUENCE.pack_into(self._mm, 8, self._sequence)
         futex.wake(self._word_address)
@@ -150,6 +178,11 @@ class ReadViewWriter:
         self._mm = None
 
 
+def _fence() -> None:
+    if futex.fence is not None:
+        futex.fence()
+
+
 class ReadView:
     """A reader's read-only mapping of a replica's page."""
 
@@ -163,9 +196,11 @@ class ReadView:
         finally:
             os.close(fd)
         magic, version = _HEADER.unpack_from(self._page.buffer, 0)
-        if magic != MAGIC or version != VERSION:
+        if magic != MAGIC or version != VERSION or futex.fence is None:
             self._page.close()
-            raise FileNotFoundError(f"{path} is not a version {VERSION} read view")
+            raise FileNotFoundError(f"{path} is not a version {VERSION} read view"
+                                    if futex.fence is not None else "no memory fence on this machine: "
+                                    "the read view's seqlock cannot be read safely")
         self.path = path
 
     def snapshot(self) -> ViewSnapshot | None:
@@ -174,7 +209,9 @@ class ReadView:
         for _ in range(_SNAPSHOT_RETRIES):
             before = _SEQUENCE.unpack_from(page, 8)[0]
             if before % 2 == 0:
+                _fence()
                 fields = _FIELDS.unpack_from(page, _FIELDS_AT)
+                _fence()
                 if _SEQUENCE.unpack_from(page, 8)[0] == before:
                     return ViewSnapshot(*fields, before)
         return None
@@ -193,14 +230,19 @@ class ReadView:
 
 
 def writer_alive(snapshot: ViewSnapshot) -> bool:
-    """Whether the process that last wrote the page still exists (a SIGKILLed replica's page
-    stays) and wrote it recently."""
-    if time.time_ns() - snapshot.updated_ns > STALE_AFTER_NS:
+    """Whether the page may be trusted now: the replica's lease has not lapsed (a paused, hung or
+    fenced replica's lapses within the session timeout), and the process that wrote it is still
+    that process (a SIGKILLed replica's page stays; its pid may be reused by another process)."""
+    if time.monotonic_ns() >= snapshot.valid_until_ns:
         return False
+    return start_ticks(snapshot.writer_pid) == snapshot.writer_start_ticks
+
+
+def start_ticks(pid: int) -> int | None:
+    """A process's start time in clock ticks since boot (/proc/<pid>/stat field 22), None if it is gone."""
     try:
-        os.kill(snapshot.writer_pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return int(stat[stat.rindex(b")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None

@@ -88,7 +88,7 @@ def _index_trustworthy(seg: Segment) -> bool:
 
 
 def load(directory: Path, config: TopicConfig) -> LoadResult:
-    directory.mkdir(parents=True, exist_ok=True)
+    files.restrict(directory)
     marker = directory / files.CLEAN_SHUTDOWN_FILE
     clean = marker.exists()
     checkpointed = files.read_checkpoint(directory / files.RECOVERY_POINT_FILE)

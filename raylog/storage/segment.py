@@ -62,7 +62,7 @@ class Segment:
         self.base_offset = base_offset
         self.config = config
         self.log_path, index_path, time_index_path = files.segment_paths(directory, base_offset)
-        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, files.FILE_MODE)
         self.file_size = os.fstat(self._fd).st_size
         self.size = self.file_size
         self.capacity = 0

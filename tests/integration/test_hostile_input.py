@@ -279,6 +279,7 @@ BASELINES = [
     ("controller", "alter_topic_config", (TOPIC, {"no.such.config": "1"}, None, True, False)),
     ("controller", "check_topic", (TOPIC,)),
     ("controller", "drain_node", (99, True)),
+    ("controller", "replica_corrupt", ("0" * 32, 0, 0, 0, 0)),
     ("agent", "identify", ("cluster-id",)),
     ("agent", "format", ("cluster-id", 7)),
     ("agent", "remove_partition", ("../outside", "0" * 32)),

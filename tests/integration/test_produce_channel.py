@@ -61,9 +61,9 @@ def test_a_bad_batch_sent_over_the_channel_gets_the_replicas_error_and_never_rea
     assert producer.send(topic, b"first").get(60).offset == 0
     producer.close()
     leader = cluster.metadata.leader(topic, 0)
-    node, _, name = ray.get(leader.read_location.remote())
-    assert node == ray.get_runtime_context().get_node_id() and name
-    channel = ProduceChannel(name)
+    node, _, name, secret = ray.get(leader.read_location.remote())
+    assert node == ray.get_runtime_context().get_node_id() and name and len(bytes.fromhex(secret)) == 32
+    channel = ProduceChannel(name, bytes.fromhex(secret))
     try:
         good = bytearray(rb.build([b"x"], timestamps_ms=[1]))
         bad = bytearray(good)
@@ -96,3 +96,41 @@ def test_a_sigkilled_leader_loses_no_record_acknowledged_over_the_channel(cluste
         workload.stop()
     anomalies = workload.history.check(read_everything(cluster, topic))
     assert anomalies == {}, {k: v[:5] for k, v in anomalies.items()}
+
+
+def new_leader_pid(cluster, topic: str, killed: set) -> int | None:
+    pid = cluster.admin().describe_partitions(topic)[0].get("pid")
+    return None if pid in killed else pid
+
+
+def test_without_idempotence_a_producer_is_at_least_once_and_in_order_with_one_request_in_flight(cluster):
+    """What a producer with enable_idempotence=False gets, as Kafka's does (docs/architecture.md):
+    every acknowledged record is in the log, possibly more than once (a batch resent after a broken
+    channel or a lost answer is appended again), and the order of first appearances is the send
+    order only with max_in_flight_requests_per_connection=1: one batch at a time, whichever way it
+    goes (the channel, or a Ray call while the channel is down), so a retry never overtakes."""
+    topic = fresh_topic(cluster, 1)
+    producer = cluster.producer(enable_idempotence=False, max_in_flight_requests_per_connection=1, acks=1,
+                                linger_ms=0, retries=1000, request_timeout_ms=5000)
+    acked = []
+    killed = set()
+    try:
+        for round_ in range(3):
+            values = [b"%06d" % (round_ * 1000 + i) for i in range(1000)]
+            futures = [producer.send(topic, v) for v in values]
+            if round_ < 2:
+                # The leader the previous round killed is back (restarted by Ray) before this one dies.
+                pid = wait_for(lambda: new_leader_pid(cluster, topic, killed), timeout_s=60)
+                killed.add(pid)
+                os.kill(pid, signal.SIGKILL)  # breaks the channel
+            for future, value in zip(futures, values):
+                future.get(60)
+                acked.append(int(value))
+        assert producer.metrics()["producer-metrics"]["requests-sent-locally-total"] > 0
+    finally:
+        producer.close()
+    log = [int(v) for _, v in read_everything(cluster, topic)[0]]
+    first = list(dict.fromkeys(log))
+    assert first == sorted(first), "first appearances keep the send order"
+    assert set(acked) <= set(log), "every acknowledged record is there"
+    print(f"{len(log) - len(first)} records appended twice by retries")

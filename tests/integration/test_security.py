@@ -11,6 +11,7 @@ tests/spark) must hold the token.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -23,6 +24,7 @@ import ray
 
 from raylog.errors import InvalidRequestError, InvalidTopicError, RaylogError
 from raylog.naming import CONTROLLER_ACTOR_NAME
+from tests.support.faults import another_user_can_run, intrude_channels
 
 pytestmark = pytest.mark.ray
 
@@ -114,3 +116,74 @@ def test_rays_token_authentication_is_on_and_a_process_without_the_token_is_refu
     member = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=env)
     assert member.returncode == 0 and "True" in member.stdout, (
         "raylog.connect() in another process (as the raylog CLI) presents the token: " + member.stderr[-2000:])
+
+
+# --- the same-node fast paths (issue 31): the produce channel and the partition files ---------------
+
+@contextlib.contextmanager
+def traversable_by_others(directory: Path):
+    """Let other users traverse ``directory`` (a data root) and its ancestors (pytest's temporary
+    directories are 0700) while the test runs, so that raylog's own modes alone decide what they
+    can read below it."""
+    changed = []
+    for d in [directory, *directory.parents]:
+        mode = d.stat().st_mode & 0o777
+        if not mode & 0o001:
+            os.chmod(d, mode | 0o001)
+            changed.append((d, mode))
+    try:
+        yield
+    finally:
+        for d, mode in changed:
+            os.chmod(d, mode)
+
+
+def test_a_process_of_another_user_can_neither_append_through_the_channel_nor_read_the_files(cluster, data_root):
+    """Findings 1 and 2 of issue 31, as they were confirmed: a process Ray would refuse found the
+    replica's name in /proc/net/unix, connected, sent a 3-record batch built from the documented
+    header, and the log end went from 10 to 13; it could read the segment files too."""
+    why = another_user_can_run()
+    if why:
+        pytest.skip(why)
+    from raylog import TopicPartition
+    from tests.support.topics import fresh_topic
+
+    topic = fresh_topic(cluster, 1)
+    producer = cluster.producer()
+    producer.send_batch(topic, [b"%d" % i for i in range(10)]).wait(60)
+    info = cluster.admin().describe_partitions(topic)[0]
+    leader = cluster.metadata.leader(topic, 0)
+    ray.get(leader.read_location.remote())  # the channel listens from the first lookup on
+    tp = TopicPartition(topic, 0)
+    assert cluster.admin().end_offsets([tp])[tp] == 10
+    topic_id = cluster.admin().describe_topics([topic])[0].topic_id
+    segment = next(Path(info["directory"]).glob("*.log"))
+    with traversable_by_others(data_root):
+        refused, answered, readable = intrude_channels(f"@raylog/{topic_id}/", [str(segment)])
+    assert refused + answered >= 1, "the intruder found the channel's name, as any local user can"
+    assert answered == 0, "a channel answered a process of another user"
+    assert readable == 0, "a process of another user read a segment file"
+    assert cluster.admin().end_offsets([tp])[tp] == 10, "the log did not change"
+    assert producer.send(topic, b"ours").get(60).offset == 10, "the replica's own producers are served"
+    producer.close()
+
+
+def test_partition_files_are_the_replicas_users_alone(cluster, data_root):
+    """Finding 2 of issue 31: segment files, indexes and the read page were 0644 and directories
+    followed the umask (0755): every local user could read every record."""
+    from tests.support.topics import fresh_topic
+
+    topic = fresh_topic(cluster, 2)
+    producer = cluster.producer()
+    producer.send_batch(topic, [b"x" * 100] * 5000).wait(60)
+    producer.close()
+    directories = {Path(i["directory"]) for i in cluster.admin().describe_partitions(topic)}
+    checked = 0
+    for directory in directories:
+        for path in [directory, *directory.rglob("*")]:
+            mode = path.stat().st_mode & 0o777
+            assert mode == (0o700 if path.is_dir() else 0o600), f"{path} is {oct(mode)}"
+            checked += 1
+    for path in (data_root, data_root / "meta.properties", data_root / "controller"):
+        assert path.stat().st_mode & 0o077 == 0, f"{path} is {oct(path.stat().st_mode & 0o777)}"
+    assert checked > 10

@@ -2,14 +2,17 @@
 
 The workload (what Kafka users run, and what Jepsen's queue test runs against Kafka):
 
-- Two idempotent producers (acks='all') send keyed records ``b"<key>:<n>"`` (n counts up per
-  key) to a 3-partition topic with replication factor 3 and min_insync_replicas 2. Every send is
-  recorded when issued and again when its future completes (acknowledged at a partition and
-  offset, or failed).
-- A consumer group of members running as Ray actors polls, records what it got (through a
-  ledger actor that outlives any member), then commits. Members are killed and paused by the
-  faults; a supervisor starts new ones to keep two running, and now and then adds a third and
-  closes one, so members join and leave while everything else goes on.
+- Two idempotent producers (acks='all') in the driver, on the head node (so Ray calls reach the
+  leaders, on the workers), and one more on each worker node as a Ray actor (so it sends to the
+  leaders there over the same-node produce channel, and to the others by Ray calls), send keyed
+  records ``b"<key>:<n>"`` (n counts up per key) to a 3-partition topic with replication factor
+  3 and min_insync_replicas 2. Every send is recorded when issued and again when its future
+  completes (acknowledged at a partition and offset, or failed).
+- A consumer group of members running as Ray actors on the worker nodes (reading the partitions
+  led there from the leaders' files, the others by fetch calls) polls, records what it got
+  (through a ledger actor that outlives any member), then commits. Members are killed and
+  paused by the faults; a supervisor starts new ones to keep two running, and now and then adds
+  a third and closes one, so members join and leave while everything else goes on.
 - An observer reads the group's committed offsets twice a second.
 - With ``spark=True``, a Spark micro-batch stream (spark_bridge.stream through RayDP) reads the
   topic under its own group and writes each batch to parquet under its batch id; the checker
@@ -20,6 +23,13 @@ inject, hold it for its duration, heal, let the cluster settle, next. At the end
 healed, the producers stop and flush, the group (and the stream) drain to the end of every
 partition, and a fresh consumer reads everything. tests/support/history.py then checks the whole
 history and names every anomaly; for acks='all' with idempotence none is allowed.
+
+Liveness is checked too (``stalls``): a partition whose acknowledged sends, or whose records
+polled by the group, make no progress for longer than STALL_FACTOR x replica_session_timeout_ms
+is a ``stall``, unless a fault that leaves no healthy in-sync replica to serve it (the whole
+cluster restarting, the controller down, a full disk on the leader) covers that time, or for
+polls the group coordinator down (members commit synchronously). A paused leader is no excuse:
+it is fenced after the session timeout, and clients resend to the next.
 
 Run it: ``python -m tests.support.chaos --minutes 30 --out bench/results/chaos.json`` (``make
 chaos``), or ``run(...)`` from a test (``tests/faults/test_chaos.py`` runs a short one).
@@ -41,6 +51,8 @@ from collections import Counter
 from pathlib import Path
 
 import ray
+
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raylog.errors import RaylogError
 from raylog.records import TopicPartition
@@ -69,14 +81,27 @@ MEMBER_CONFIG = {"session_timeout_ms": 4000, "heartbeat_interval_ms": 500, "max_
 PRODUCER_CONFIG = {"acks": "all", "linger_ms": 5, "request_timeout_ms": 10_000, "delivery_timeout_ms": 180_000,
                    "retry_backoff_ms": 100}
 MEMBERS = 2
+NODE_PRODUCER_KEYS = 2
 SEND_INTERVAL_S = 0.02
 """Each producer sends one record per key every this long: about 600 records a second in all, so
 a half-hour run stores about 120 MB per node (each node's data directory is a 512 MB tmpfs)."""
 DATA_DIR_MB = 512
 WEIGHTS = {**{k: 2 for k in KILLS}, **{k: 2 for k in PAUSES}, "lose-node": 1, "restart-node": 2,
-           "restart-cluster": 1, "elect-leaders": 1, "reassign": 1, "fill-disk": 1}
-SHORT_SCHEDULE = ["pause-leader", "kill-leader", "pause-coordinator", "kill-member", "fill-disk", "kill-controller",
-                  "restart-node", "pause-follower", "lose-node", "pause-controller", "reassign"]
+           "restart-cluster": 1, "elect-leaders": 1, "reassign": 1, "fill-disk": 1, "pause-busy-leader": 2,
+           "flip-follower-byte": 1, "intrude-channels": 1}
+STALL_FACTOR = 2
+"""A partition without progress for longer than this many session timeouts is a stall."""
+EXCUSED = ("restart-cluster", "kill-controller", "pause-controller", "fill-disk")
+"""Faults during which, and for STALL_FACTOR session timeouts after which, a partition may make no
+progress: none leaves a healthy leader able to take writes (the controller's replicas hold no lease
+while it is down; a leader on a full disk refuses appends, docs/architecture.md "Not yet")."""
+EXCUSED_POLLS = ("kill-coordinator", "pause-coordinator")
+"""Faults that excuse, in the same way, only the group's polls: members commit after every poll and
+wait for it (Kafka's commitSync), so a coordinator paused or restarting holds the group's polls
+whatever the partitions' leaders do, as it would hold a Kafka group's."""
+SHORT_SCHEDULE = ["pause-busy-leader", "intrude-channels", "kill-leader", "flip-follower-byte", "pause-coordinator",
+                  "kill-member", "restart-node", "kill-controller", "fill-disk", "pause-follower", "lose-node",
+                  "pause-controller", "reassign"]
 """The short run's faults, in order (its targets and durations are still drawn from the seed)."""
 
 
@@ -129,7 +154,8 @@ class ChaosMember:
         while not self._stop.is_set():
             try:
                 chunks = self.consumer.poll_batch(timeout_ms=200)
-                rows = [("poll", self.session, chunk.partition, chunk.offsets.tolist(), chunk.value_list())
+                now_ns = time.monotonic_ns()
+                rows = [("poll", self.session, chunk.partition, chunk.offsets.tolist(), chunk.value_list(), now_ns)
                         for chunk in chunks if len(chunk)]
                 if rows:
                     self._report(rows)  # processed before committed: a kill after this re-reads, never skips
@@ -143,6 +169,9 @@ class ChaosMember:
     def pid(self) -> int:
         return os.getpid()
 
+    def node(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
     def error_list(self) -> list[str]:
         return list(self.errors)
 
@@ -152,13 +181,133 @@ class ChaosMember:
         self.consumer.close(autocommit=False)
 
 
+@ray.remote(num_cpus=0, max_restarts=0)
+class NodeProducer:
+    """An idempotent acks='all' producer on one worker node: the partitions led there get its
+    batches over the same-node produce channel. It reports every send and outcome to the ledger,
+    with the time of each acknowledgement, in the order they happened."""
+
+    def __init__(self, name: str, ledger, generation: int):
+        import raylog
+
+        self.name, self.ledger = name, ledger
+        self.cluster = raylog.connect(address="auto", namespace="raylog")
+        self.producer = self.cluster.producer(**PRODUCER_CONFIG)
+        self.keys = [b"g%dn%sk%d" % (generation, name.encode(), k) for k in range(NODE_PRODUCER_KEYS)]
+        self.rows: list[tuple] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._send, daemon=True),
+                         threading.Thread(target=self._report, daemon=True)]
+        for t in self._threads:
+            t.start()
+
+    def _note(self, row: tuple) -> None:
+        with self._lock:
+            self.rows.append(row)
+
+    def _send(self) -> None:
+        n = 0
+        while not self._stop.is_set():
+            for key in self.keys:
+                value = value_of(key, n)
+                self._note(("issue", self.name, value))
+                try:
+                    future = self.producer.send(TOPIC, value, key=key)
+                except RaylogError as exc:
+                    self._note(("fail", value, f"{type(exc).__name__}: {exc}"))
+                    continue
+                future.add_callback(lambda m, v=value: self._note(("ack", v, m.partition, m.offset,
+                                                                   time.monotonic_ns())))
+                future.add_errback(lambda e, v=value: self._note(("fail", v, f"{type(e).__name__}: {e}")))
+            n += 1
+            time.sleep(SEND_INTERVAL_S)
+
+    def _report(self) -> None:
+        while not self._stop.wait(0.2):
+            self._flush()
+
+    def _flush(self) -> None:
+        with self._lock:
+            rows, self.rows = self.rows, []
+        if rows:
+            ray.get(self.ledger.add.remote(rows))
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def local_requests(self) -> int:
+        return self.producer.metrics()["producer-metrics"]["requests-sent-locally-total"]
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._threads[0].join(timeout=30)
+        try:
+            self.producer.flush(timeout=60)
+        except RaylogError:
+            pass  # what did not complete was reported as failed by its errback
+        self.producer.close(timeout=30)
+        self._flush()
+
+
+class Progress:
+    """When each partition last moved: acknowledged sends and records polled by the group, with the
+    times they happened (monotonic, one clock for every process of the machine)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.times: dict[tuple[str, int], list[int]] = {}
+
+    def note(self, kind: str, partition: int, t_ns: int) -> None:
+        with self._lock:
+            self.times.setdefault((kind, partition), []).append(t_ns)
+
+    def moving(self, expected: list[tuple[str, int]]) -> bool:
+        """Whether every ``expected`` series (kind, partition) has moved at least once."""
+        with self._lock:
+            return all(self.times.get(k) for k in expected)
+
+    def stalls(self, expected: list[tuple[str, int]], windows: dict[str, list[tuple[float, float]]], limit_s: float,
+               until_s: float, origin_s: float) -> list[dict]:
+        """Each gap longer than ``limit_s`` in a partition's progress that no window excused for its
+        kind (``windows``: kind -> (start, end) in monotonic seconds) covers,
+        from the moment every ``expected`` series (kind, partition) had moved once (the workload up:
+        the first group join is not a fault's doing) to ``until_s`` (monotonic seconds); gaps are
+        given in seconds since ``origin_s``."""
+        with self._lock:
+            series = {k: sorted(v) for k, v in self.times.items()}
+        missing = [k for k in expected if not series.get(k)]
+        if missing:
+            return [{"kind": kind, "partition": partition, "never_moved": True} for kind, partition in missing]
+        since_s = max(series[k][0] for k in expected) / 1e9
+        found = []
+        for (kind, partition), times in sorted(series.items()):
+            points = [since_s] + [t / 1e9 for t in times if since_s <= t / 1e9 <= until_s] + [until_s]
+            for a, b in zip(points, points[1:]):
+                if b - a <= limit_s:
+                    continue
+                # The part of the gap no excused window covers.
+                uncovered = [(a, b)]
+                for start, end in windows.get(kind, []):
+                    uncovered = [piece for lo, hi in uncovered for piece in ((lo, min(hi, start)), (max(lo, end), hi))
+                                 if piece[1] > piece[0]]
+                longest = max((hi - lo for lo, hi in uncovered), default=0.0)
+                if longest > limit_s:
+                    found.append({"kind": kind, "partition": partition, "from_s": round(a - origin_s, 1),
+                                  "to_s": round(b - origin_s, 1), "gap_s": round(b - a, 1),
+                                  "unexcused_s": round(longest, 1)})
+        return found
+
+
 class Producers:
     """Producer threads in the driver, each an idempotent acks='all' Producer of its own."""
 
-    def __init__(self, cluster, history: History, count: int = 2, keys: int = 6, generation: int = 0):
+    def __init__(self, cluster, history: History, progress: Progress, count: int = 2, keys: int = 6,
+                 generation: int = 0):
         """``generation`` counts whole-cluster restarts: each one's producers send under keys of their
         own (a producer's sequence of values per key starts again)."""
         self.history = history
+        self.progress = progress
         self.generation = generation
         self.producers = [cluster.producer(**PRODUCER_CONFIG) for _ in range(count)]
         self.keys = keys
@@ -180,10 +329,14 @@ class Producers:
                 except RaylogError as exc:
                     history.fail(value, exc)
                     continue
-                future.add_callback(lambda meta, v=value: history.ack(v, meta.partition, meta.offset))
+                future.add_callback(lambda meta, v=value: self._acked(v, meta.partition, meta.offset))
                 future.add_errback(lambda error, v=value: history.fail(v, error))
             n += 1
             time.sleep(SEND_INTERVAL_S)
+
+    def _acked(self, value: bytes, partition: int, offset: int) -> None:
+        self.progress.note("acks", partition, time.monotonic_ns())
+        self.history.ack(value, partition, offset)
 
     def stop(self, flush_timeout_s: float = 240) -> None:
         if self._stop.is_set():
@@ -200,13 +353,19 @@ class Producers:
 
 
 class Group:
-    """The consumer group's members, kept at MEMBERS running; the ledger's rows fed into the history."""
+    """The consumer group's members, kept at MEMBERS running on the worker nodes, and the producers
+    on the worker nodes, one each; the ledger's rows fed into the history."""
 
-    def __init__(self, history: History, rng: random.Random, log):
+    def __init__(self, sim, history: History, progress: Progress, rng: random.Random, log, generation: int = 0):
+        self.sim = sim
         self.history = history
+        self.progress = progress
         self.rng = rng
         self.log = log
+        self.generation = generation
         self.members: list = []
+        self.node_producers: dict[str, object] = {}
+        """Ray node id -> the producer actor on it."""
         self._made = 0
         self._lock = threading.Lock()
         self.commits = 0
@@ -217,17 +376,36 @@ class Group:
         self.start()
 
     def start(self) -> None:
-        """A new ledger and MEMBERS members (again after a whole-cluster restart, which ended them)."""
+        """A new ledger, MEMBERS members and a producer per worker node (again after a whole-cluster
+        restart, which ended them)."""
         self.ledger = Ledger.remote()
         self._read = 0
         with self._lock:
             self.members = []
+        self.node_producers = {}
         for _ in range(MEMBERS):
             self.add()
+        self._start_node_producers()
+
+    def _workers(self) -> list[str]:
+        head = self.sim.head_id()
+        return sorted(n for n in self.sim.node_ids() if n != head)
+
+    def _start_node_producers(self) -> None:
+        for node in self._workers():
+            if node not in self.node_producers:
+                self._made += 1
+                self.node_producers[node] = NodeProducer.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+                    node, soft=False)).remote(f"p{self._made}", self.ledger, self.generation)
 
     def add(self) -> None:
         self._made += 1
-        member = ChaosMember.remote(f"m{self._made}", self.ledger, MEMBER_CONFIG)
+        workers = self._workers()
+        # Spread over the worker nodes (soft: anywhere if that node is gone), where they read the
+        # partitions led there from the leaders' files.
+        node = workers[self._made % len(workers)] if workers else None
+        options = {"scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=True)} if node else {}
+        member = ChaosMember.options(**options).remote(f"m{self._made}", self.ledger, MEMBER_CONFIG)
         with self._lock:
             self.members.append(member)
 
@@ -236,7 +414,14 @@ class Group:
             return list(self.members)
 
     def supervise(self) -> None:
-        """Replace dead members; now and then let one more join and close an old one."""
+        """Replace dead members and start a producer on each worker node without one (a node that
+        came back, or joined); now and then let one more member join and close an old one."""
+        for node, producer in list(self.node_producers.items()):
+            try:
+                ray.get(producer.pid.remote(), timeout=15)
+            except (ray.exceptions.RayError, TimeoutError):
+                del self.node_producers[node]  # gone with its node: what it had not had acknowledged is open
+        self._start_node_producers()
         alive = []
         for member in self.handles():
             try:
@@ -267,6 +452,14 @@ class Group:
             kind = row[0]
             if kind == "poll":
                 self.history.poll(row[1], row[2], row[3], row[4])
+                self.progress.note("polls", row[2], row[5])
+            elif kind == "issue":
+                self.history.issue(row[1], row[2], TOPIC)
+            elif kind == "ack":
+                self.history.ack(row[1], row[2], row[3])
+                self.progress.note("acks", row[2], row[4])
+            elif kind == "fail":
+                self.history.fail(row[1], row[2])
             elif kind == "assigned":
                 self.history.assigned(row[1], row[2])
             elif kind == "revoked":
@@ -288,6 +481,19 @@ class Group:
                 ray.get(member.stop.remote(), timeout=60)
             except ray.exceptions.RayError:
                 pass
+
+    def stop_producers(self) -> int:
+        """Stop the node producers (flushing what they sent); returns how many requests they sent
+        over same-node channels."""
+        local = 0
+        for producer in self.node_producers.values():
+            try:
+                local += ray.get(producer.local_requests.remote(), timeout=30)
+                ray.get(producer.stop.remote(), timeout=120)
+            except ray.exceptions.RayError:
+                pass
+        self.node_producers = {}
+        return local
 
 
 def committed(cluster, group: str) -> dict[int, int]:
@@ -330,6 +536,10 @@ def wait_healthy(cluster, timeout_s: float) -> bool:
     return False
 
 
+STREAM_STUCK_S = 120.0
+"""How long the stream may commit nothing while records wait before it is restarted (batches of
+up to 20,000 records take seconds; a stream whose executor is gone never commits again)."""
+QUERY_STOP_S = 60.0
 SPARK_HOST = "chaos_spark_host"
 """A resource only the head node has: Spark's app master and executor run there, so losing a worker
 node loses raylog replicas, not the Spark job reading them (RayDP does not replace lost executors)."""
@@ -351,6 +561,22 @@ class Stream:
                 str(out / f"batch-{batch_id:06d}"), mode="overwrite"),
             checkpoint_location=str(out.parent / "stream-checkpoint"), starting_offsets="earliest",
             max_offsets_per_trigger=20_000, trigger_interval_s=1.0)
+        self._moved = (None, time.monotonic())
+        """(the group's committed offsets, when they last changed)."""
+
+    def stuck(self, cluster) -> bool:
+        """Whether the stream has committed nothing new for STREAM_STUCK_S while records wait for it
+        (or its query ended)."""
+        if not self.query.isActive:
+            return True
+        try:
+            now, behind = committed(cluster, STREAM_GROUP), end_offsets(cluster)
+        except RaylogError:
+            return False
+        if now != self._moved[0] or now == behind:
+            self._moved = (now, time.monotonic())
+            return False
+        return time.monotonic() - self._moved[1] > STREAM_STUCK_S
 
     def drain(self, cluster, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
@@ -364,10 +590,15 @@ class Stream:
         return False
 
     def stop(self) -> None:
+        """Stop the query, waiting at most QUERY_STOP_S: a query whose batch waits for an executor
+        that is gone never stops (its stream thread waits on the batch's Spark job), and ending the
+        session ends its JVM with it."""
         if self.session is None:
             return
         try:
-            self.query.stop()
+            stopper = threading.Thread(target=self.query.stop, name="chaos-query-stop", daemon=True)
+            stopper.start()
+            stopper.join(QUERY_STOP_S)
         finally:
             self.session.stop(timeout_s=60)
             self.session = None
@@ -394,9 +625,28 @@ class Workload:
     def __init__(self, sim, history: History, rng: random.Random, say, out: Path | None):
         self.sim, self.history, self.rng, self.say, self.out = sim, history, rng, say, out
         self.generation = 0
-        self.producers = Producers(sim.cluster, history)
-        self.group = Group(history, rng, say)
+        self.progress = Progress()
+        self.local_requests = 0
+        self.producers = Producers(sim.cluster, history, self.progress)
+        self.group = Group(sim, history, self.progress, rng, say)
         self.stream = Stream(out) if out is not None else None
+        self.stream_restarts = 0
+
+    def supervise(self) -> None:
+        """Keep the group, the node producers and the stream running."""
+        self.group.supervise()
+        if self.stream is not None and self.stream.stuck(self.sim.cluster):
+            # RayDP does not replace a lost executor (Ray ends one whose actor was leased through a
+            # node that died), so a stream that stopped moving starts again from its checkpoint:
+            # the parquet it writes is still exactly once.
+            self.say("  the Spark stream stopped moving; restarted from its checkpoint")
+            self.stream.stop()
+            self.stream = Stream(self.out)
+            self.stream_restarts += 1
+
+    def stop_producers(self) -> None:
+        self.producers.stop()
+        self.local_requests += self.group.stop_producers()
 
     def restart_cluster(self) -> str:
         """The whole-cluster restart fault: the workload stops (what the producers had not had
@@ -407,6 +657,7 @@ class Workload:
         then the workload starts again on the new cluster."""
         rng, sim = self.rng, self.sim
         self.producers.stop(flush_timeout_s=30)
+        self.local_requests += self.group.stop_producers()
         if self.stream is not None:
             self.stream.stop()
         # The members stop before their ledger (an actor) goes with the cluster: what they polled and
@@ -423,7 +674,8 @@ class Workload:
             wait_led(sim.cluster, 120)
             sim.add(late)
         self.generation += 1
-        self.producers = Producers(sim.cluster, self.history, generation=self.generation)
+        self.producers = Producers(sim.cluster, self.history, self.progress, generation=self.generation)
+        self.group.generation = self.generation
         self.group.start()
         if self.out is not None:
             self.stream = Stream(self.out)
@@ -499,7 +751,14 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
         observer.start()
         say(f"workload running: {len(work.producers.producers)} producers, {MEMBERS} members"
             f"{', a Spark stream' if spark else ''}; seed {seed}")
-        time.sleep(5)
+        # Faults start once every partition is acknowledged and polled: the first one must not
+        # fall on the group's first join.
+        moving = [(kind, p) for kind in ("acks", "polls") for p in range(PARTITIONS)]
+        up_by = time.monotonic() + 120
+        while not work.progress.moving(moving) and time.monotonic() < up_by:
+            work.group.pump()
+            time.sleep(0.5)
+        time.sleep(2)
         deadline = started + minutes * 60
         kinds = [k for k in WEIGHTS for _ in range(WEIGHTS[k])]
         n = 0
@@ -518,7 +777,7 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
                     injector.heal(due)
                     say(f"  healed {due.kind} {due.target}")
                 work.group.pump()
-            work.group.supervise()
+            work.supervise()
             work.group.pump()
             time.sleep(rng.uniform(3, 6) if short else rng.uniform(5, 15))
         say("faults over: healing, draining")
@@ -526,9 +785,10 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
         cluster = sim.cluster
         healthy = wait_healthy(cluster, 120)
         group = work.group
-        group.supervise()
+        work.supervise()
         time.sleep(5)
-        work.producers.stop()
+        producing_until = time.monotonic()
+        work.stop_producers()
         say(f"producers stopped: {history.summary()['sends_acked']} acknowledged")
         ends = end_offsets(cluster)
         drain_deadline = time.monotonic() + 240
@@ -555,7 +815,20 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
         anomalies = history.check(final, final_committed=final_committed, drained=drained)
         if lost := group.lost_commits(final_committed):
             anomalies.setdefault("committed-offsets-backwards", []).extend(lost)
-        operations = {**history.summary(), "commits": group.commits}
+        if injector.intrusions:
+            anomalies["intrusion"] = [f"{injector.intrusions} requests of a process without the secret answered"]
+        session_s = CLUSTER_CONFIG["replica_session_timeout_ms"] / 1000
+        excused = {kind: [(f.started, (f.ended or time.monotonic()) + STALL_FACTOR * session_s)
+                          for f in injector.history if f.kind in kinds and f.error is None]
+                   for kind, kinds in (("acks", EXCUSED), ("polls", EXCUSED + EXCUSED_POLLS))}
+        stalls = work.progress.stalls(moving, excused, STALL_FACTOR * session_s, producing_until, started)
+        for stall in stalls:  # the faults in force during it or just before (as the run's log stamps them)
+            stall["faults"] = [f"{f.kind} {f.target} {f.started - started:.1f}-{(f.ended or f.started) - started:.1f} s"
+                               for f in injector.history if "from_s" in stall
+                               and f.started - started <= stall["to_s"]
+                               and (f.ended or f.started) - started + STALL_FACTOR * session_s >= stall["from_s"]]
+        operations = {**history.summary(), "commits": group.commits, "sent_over_same_node_channels":
+                      work.local_requests, "stream_restarts": work.stream_restarts}
         errors = {}
         for member in group.handles():
             try:
@@ -573,12 +846,14 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
         "faults": injector.counts(),
         "faults_skipped": injector.skipped(),
         "anomalies": {name: len(examples) for name, examples in anomalies.items()},
+        "stalls": len(stalls),
+        "stall_examples": stalls[:10],
         "examples": {name: [repr(e) for e in examples[:5]] for name, examples in anomalies.items()},
         "fault_log": [f"{f.kind} {f.target}" + (f" ({f.error})" if f.error else "") for f in injector.history],
         "member_errors": errors,
         "report": render(anomalies, operations),
     })
-    report["ok"] = not anomalies and drained and healthy and (stream_drained is not False)
+    report["ok"] = not anomalies and not stalls and drained and healthy and (stream_drained is not False)
     if own_root:
         shutil.rmtree(root, ignore_errors=True)
     return report
@@ -600,8 +875,9 @@ def main() -> None:
     Path(args.out).write_text(json.dumps({k: v for k, v in report.items() if k != "report"}, indent=2) + "\n")
     print(report["report"])
     print(f"faults by kind: {dict(sorted(Counter(report['faults']).items()))}")
+    print(f"stalls: {report['stalls']} {report['stall_examples'][:3]}")
     print(f"{'OK' if report['ok'] else 'FAILED'}: {report['operations']['sends_acked']} acknowledged sends, "
-          f"{len(report['anomalies'])} anomaly kinds; written to {args.out}")
+          f"{len(report['anomalies'])} anomaly kinds, {report['stalls']} stalls; written to {args.out}")
     raise SystemExit(0 if report["ok"] else 1)
 
 

@@ -26,6 +26,15 @@ The fault model, and why raylog must survive each fault:
   reorders a partition's replicas while traffic runs.
 - ``fill-disk``: a node's data directory fills up (a ballast file fills its small tmpfs); appends
   there fail with KafkaStorageError until the ballast goes.
+- ``pause-busy-leader``: SIGSTOP of a leader whose node also runs a producer and a group member
+  of the workload, busy with it over the same-node channel and the read page: they must learn the
+  new leader once the old one is fenced, as clients elsewhere do.
+- ``flip-follower-byte``: one byte of a committed batch in a follower's segment flips on disk
+  (bit rot); then, half the time, that follower is made leader. Its local readers skip the batch
+  by CRC; as leader it never serves it, hands over and fetches it again.
+- ``intrude-channels``: a local process of another user (or, where the run may not start one,
+  of the same user without the secret) connects to every produce channel on the machine and sends
+  a well-formed batch: every one must be refused, and nothing reaches a log.
 
 Every fault is recorded (kind, target, start and end) and undone by ``heal()``; ``heal_all()``
 undoes whatever is still in force (resumes paused processes, removes ballast), so a run always
@@ -39,6 +48,7 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,11 +58,13 @@ import ray
 from raylog.errors import RaylogError
 from raylog.naming import CONTROLLER_ACTOR_NAME, OFFSETS_TOPIC, coordinator_actor_name
 from raylog.records import TopicPartition
+from raylog.storage.batch import iter_batches
 from tests.support.disks import fill
 
 KILLS = ("kill-leader", "kill-follower", "kill-controller", "kill-coordinator", "kill-member")
 PAUSES = ("pause-leader", "pause-follower", "pause-controller", "pause-coordinator", "pause-member")
-CLUSTER = ("lose-node", "restart-node", "restart-cluster", "elect-leaders", "reassign", "fill-disk")
+CLUSTER = ("lose-node", "restart-node", "restart-cluster", "elect-leaders", "reassign", "fill-disk", "pause-busy-leader",
+           "flip-follower-byte", "intrude-channels")
 KINDS = KILLS + PAUSES + CLUSTER
 
 
@@ -92,6 +104,8 @@ class FaultInjector:
         self.active: list[Fault] = []
         self.history: list[Fault] = []
         self.lost_nodes: list[str] = []
+        self.intrusions = 0
+        """Requests of an intruder a produce channel answered (must stay 0)."""
 
     @property
     def cluster(self):
@@ -164,7 +178,7 @@ class FaultInjector:
 
     def _start(self, fault: Fault) -> None:
         action, _, what = fault.kind.partition("-")
-        if action in ("kill", "pause"):
+        if fault.kind in KILLS + PAUSES:
             target = self._target_pid(what)
             if target is None:
                 raise ValueError(f"no {what} to {action}")
@@ -193,6 +207,25 @@ class FaultInjector:
                 raise ValueError("no workload to restart with the cluster")
             self.heal_all()
             fault.target = self.restart_cluster()
+        elif fault.kind == "pause-busy-leader":
+            busy = {ray.get(m.node.remote(), timeout=10) for m in self.members()}
+            led = [(t, s["partition"], s) for t in self.topics for s in self.cluster.admin().describe_partitions(t)
+                   if not s["offline"] and s.get("ray_node_id") in busy]
+            if not led:
+                raise ValueError("no leader shares its node with a member now")
+            topic, p, state = self.rng.choice(led)
+            fault.target, fault.pid = f"{topic}-{p} replica {state['leader']} (a member and a producer on its node)", \
+                state["pid"]
+            fault.duration_s = self.rng.uniform(*self.pause_s)
+            os.kill(fault.pid, signal.SIGSTOP)
+        elif fault.kind == "flip-follower-byte":
+            fault.target = self._flip_follower_byte()
+        elif fault.kind == "intrude-channels":
+            refused, answered, _ = intrude_channels()
+            fault.target = f"{refused} channels refused the intruder"
+            if answered:
+                self.intrusions += answered
+                raise ValueError(f"{answered} channels answered an intruder")
         elif fault.kind == "elect-leaders":
             moved = self.cluster.admin().elect_leaders()
             fault.target = f"{len(moved)} partitions moved"
@@ -219,6 +252,38 @@ class FaultInjector:
             fill(fault.ballast)
         else:
             raise ValueError(f"unknown fault {fault.kind!r}")
+
+    def _flip_follower_byte(self) -> str:
+        topic = self.rng.choice(self.topics)
+        # A follower in sync, and another in-sync replica to take over from it once it leads.
+        states = [s for s in self.cluster.admin().describe_partitions(topic)
+                  if not s["offline"] and len(s["isr"]) >= 2 and s.get("high_watermark", 0) > 0]
+        if not states:
+            raise ValueError("no partition with an in-sync follower and records to rot")
+        state = self.rng.choice(states)
+        p = state["partition"]
+        follower = self.rng.choice([r for r in state["replicas"] if r["replica_id"] != state["leader"]
+                                    and r["replica_id"] in state["isr"]])
+        directory = Path(follower["directory"])
+        segment = max(directory.glob("*.log"))
+        data = segment.read_bytes()
+        # A byte inside a batch well below the high watermark (committed, and already copied here).
+        committed = [b for b in iter_batches(data) if b.last_offset < state["high_watermark"] - 1000]
+        if not committed:
+            raise ValueError(f"{topic}-{p}: no committed batch old enough in {segment.name}")
+        batch = self.rng.choice(committed)
+        at = batch.position + self.rng.randrange(61, batch.size)
+        with open(segment, "r+b") as f:
+            f.seek(at)
+            f.write(bytes([data[at] ^ 0x5A]))
+        target = f"{topic}-{p} replica {follower['replica_id']} offset {batch.base_offset}"
+        if self.rng.random() < 0.5:
+            order = [follower["node_id"]] + [r["node_id"] for r in state["replicas"]
+                                             if r["replica_id"] != follower["replica_id"]]
+            self.cluster.admin().alter_partition_reassignments({TopicPartition(topic, p): order})
+            self.cluster.admin().elect_leaders([TopicPartition(topic, p)])
+            target += ", then made leader"
+        return target
 
     def heal(self, fault: Fault) -> None:
         """Undo a fault with a duration: resume, add a fresh node, remove the ballast."""
@@ -256,3 +321,65 @@ class FaultInjector:
             if fault.error is not None:
                 out[fault.kind] = out.get(fault.kind, 0) + 1
         return out
+
+
+INTRUDER = r"""
+import socket, struct, sys
+prefix, batch, files = sys.argv[1], bytes.fromhex(sys.argv[2]), sys.argv[3:]
+names = sorted({line.split()[-1] for line in open("/proc/net/unix") if line.split()[-1].startswith(prefix)})
+request = struct.pack("<IIbii", len(batch), 1, 1, -1, 1000) + batch
+refused = answered = readable = 0
+for name in names:
+    replies = 0
+    # A well-formed request (the documented header), first after a hello with a secret it cannot
+    # know, then on its own (the channel before it had a hello).
+    for hello in (struct.pack("<4sH32s", b"RLPC", 1, bytes(32)), b""):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(10)
+        try:
+            sock.connect("\0" + name[1:])
+            sock.sendall(hello + request)
+            replies += bool(sock.recv(8))
+        except OSError:
+            pass
+        finally:
+            sock.close()
+    answered += bool(replies)
+    refused += not replies
+for path in files:
+    try:
+        open(path, "rb").read(1)
+        readable += 1
+    except OSError:
+        pass
+print(refused, answered, readable)
+"""
+
+
+def another_user_can_run() -> str | None:
+    """Why a process of another uid cannot be started here (None: it can)."""
+    if os.geteuid() != 0:
+        return "needs root to start a process as another user (setpriv)"
+    if not Path("/usr/bin/setpriv").exists() or not Path("/usr/bin/python3").exists():
+        return "needs setpriv and /usr/bin/python3 (what runs as uid 65534: the venv is under /root)"
+    return None
+
+
+def intrude_channels(prefix: str = "@raylog/", files: list[str] = ()) -> tuple[int, int, int]:
+    """Run a process that connects to every raylog produce channel on the machine whose name starts
+    with ``prefix``, sends a well-formed batch without the secret, and tries to read ``files``: as
+    uid 65534 where the run may start one (root, setpriv), else as this user. Returns (channels
+    that refused it, channels that answered, files it could read)."""
+    from raylog.storage import batch as rb
+
+    command = [sys.executable, "-c", INTRUDER]
+    if another_user_can_run() is None:
+        command = ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c",
+                   INTRUDER]
+    batch = rb.build([b"a", b"b", b"c"], timestamps_ms=[1] * 3)
+    done = subprocess.run(command + [prefix, batch.hex(), *files], capture_output=True, text=True, timeout=120,
+                          cwd="/")
+    if done.returncode:
+        raise RuntimeError(f"the intruder failed: {done.stderr}")
+    refused, answered, readable = map(int, done.stdout.split())
+    return refused, answered, readable

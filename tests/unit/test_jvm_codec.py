@@ -17,6 +17,7 @@ import shutil
 import struct
 import subprocess
 import sysconfig
+import time
 import zlib
 from pathlib import Path
 
@@ -626,6 +627,7 @@ def test_java_reads_a_leaders_files_exactly_as_the_fetch_path(jvm, tmp_path, see
                             compression=rng.choice(["lz4", "none", "zstd"])))
     log.delete_records(rng.randrange(1, 40))
     hw = log.log_end_offset - rng.randrange(1, 15)
+    writer.lease(time.monotonic_ns() + 3600 * 10**9)
     writer.publish(hw, 5, 1, **log.reader_state())
     start, end = log.log_start_offset, log.log_end_offset
     asks = [(rng.randrange(start, end + 1), rng.choice([1, 500, 1 << 20]), 5) for _ in range(40)]
@@ -641,4 +643,31 @@ def test_java_reads_a_leaders_files_exactly_as_the_fetch_path(jvm, tmp_path, see
             continue
         assert bytes.fromhex(java["data"]) == expected[0] == bytes(log.read(offset, max_bytes, hw)), offset
         assert java["hw"] == hw
+    log.close()
+
+
+def test_java_never_steps_over_a_batch_header_that_is_not_one_to_the_next_segment(jvm, tmp_path):
+    """Finding 6 of issue 31, in the connector's reader: bit rot in a length field of the first
+    segment must stop the read there (the task then fetches from the leader, which refuses it
+    visibly), never return the second segment's batches for an offset of the first."""
+    from raylog.config import TopicConfig
+    from raylog.storage.log import PartitionLog
+    from raylog.storage.read_view import ReadViewWriter
+
+    size = len(rb.build([b"r00"], timestamps_ms=[1]))
+    log = PartitionLog(tmp_path, TopicConfig(segment_bytes=37 * size))
+    for i in range(74):
+        log.append(rb.build([b"r%02d" % i], timestamps_ms=[1]))
+    assert [seg.base_offset for seg in log.segments][:2] == [0, 37]
+    writer = ReadViewWriter(tmp_path)
+    writer.lease(time.monotonic_ns() + 3600 * 10**9)
+    writer.publish(log.log_end_offset, 5, 1, **log.reader_state())
+    intact = [json.loads(line)["data"] for line in jvm.run("local", str(tmp_path), "10", "100000", "5")]
+    assert intact[0] is not None
+    position = next(b.position for b in rb.iter_batches(bytes(log.read(0, 1 << 20, 37))) if b.base_offset == 10)
+    with open(tmp_path / "00000000000000000000.log", "r+b") as f:
+        f.seek(position + 8)
+        f.write((2**31 - 1).to_bytes(4, "big"))
+    lines = jvm.run("local", str(tmp_path), "10", "100000", "5", "37", "100000", "5")
+    assert [json.loads(line)["data"] is None for line in lines] == [True, False]
     log.close()

@@ -306,3 +306,16 @@ def test_a_drain_lasts_until_the_node_registers_from_another_ray_session():
     assert state.restarted(1, "ray-session-a") == []
     apply(state, (state.restarted(1, "ray-session-b"), None))
     assert not state.nodes[1].draining
+
+
+def test_a_leader_with_a_corrupt_batch_hands_over_to_an_in_sync_replica_and_leaves_the_isr_and_elr():
+    """Issue 31: a byte rotted in the leader's segment is never served: another in-sync replica
+    leads, and the reporter, out of the ISR and the ELR, refetches the batch as a follower."""
+    state = rf3()
+    assert state.replica_corrupt("t", 0, 1, 0, 0, everyone) == ([], None), "only the leader reports its log"
+    _, part = apply(state, state.replica_corrupt("t", 0, 0, 0, 0, everyone))
+    assert (part["leader"], part["leader_epoch"]) == (1, 1) and 0 not in part["isr"] and 0 not in part["elr"]
+    assert state.replica_corrupt("t", 0, 0, 0, 0, everyone) == ([], None), "a stale report changes nothing"
+    alone = ControllerState()
+    apply(alone, alone.create_topic("t", 1, 1, {}, "id", place))
+    assert alone.replica_corrupt("t", 0, 0, 0, 0, everyone) == ([], None), "no one else holds the records"

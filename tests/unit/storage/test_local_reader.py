@@ -30,7 +30,12 @@ from raylog.storage.read_view import ROLE_FOLLOWER, ROLE_LEADER, ROLE_NONE, Read
 TS = 1_700_000_000_000
 
 
+LEASE_NS = 3600 * 10**9
+
+
 def publish(writer: ReadViewWriter, log: PartitionLog, hw: int, epoch: int = 3, role: int = ROLE_LEADER) -> None:
+    """What the replica publishes, holding a lease (its controller answering its heartbeats)."""
+    writer.lease(time.monotonic_ns() + LEASE_NS)
     writer.publish(hw, epoch, role, **log.reader_state())
 
 
@@ -297,3 +302,85 @@ def test_waiting_on_several_pages_wakes_on_any_of_them(tmp_path):
     assert time.monotonic() - begun < 15
     for log in logs:
         log.close()
+
+
+def two_segments(tmp_path) -> PartitionLog:
+    """Offsets 0-36 in the first segment (37 one-record batches), 37-73 in the second."""
+    size = len(rb.build([b"r00"], timestamps_ms=[TS]))
+    log = PartitionLog(tmp_path, TopicConfig(segment_bytes=37 * size))
+    for i in range(74):
+        log.append(rb.build([b"r%02d" % i], timestamps_ms=[TS]))
+    assert [seg.base_offset for seg in log.segments][:2] == [0, 37], [seg.base_offset for seg in log.segments]
+    return log
+
+
+def test_a_batch_header_that_is_not_one_ends_the_read_and_never_skips_to_the_next_segment(tmp_path):
+    """Finding 6 of issue 31: a length field that made no sense ended the segment's scan, and the
+    next segment's batches came back: offsets 10-36 vanished for that reader."""
+    log = two_segments(tmp_path)
+    writer = ReadViewWriter(tmp_path)
+    publish(writer, log, log.log_end_offset)
+    reader = LocalReader(tmp_path)
+    before = reader.read(10, 1 << 20)
+    assert before is not None and rb.RecordBatch(before[0], 0).base_offset <= 10
+    position = next(b.position for b in rb.iter_batches(bytes(log.read(0, 1 << 20, 37))) if b.base_offset == 10)
+    with open(tmp_path / "00000000000000000000.log", "r+b") as f:  # bit rot in batch 10's length field
+        f.seek(position + 8)
+        f.write((2**31 - 1).to_bytes(4, "big"))
+    reader.close()
+    reader = LocalReader(tmp_path)
+    assert reader.read(10, 1 << 20) is None, "the caller must fetch from the leader, which refuses visibly"
+    assert reader.read(37, 1 << 20) is not None, "past the damage, reads go on"
+    log.close()
+
+
+def test_a_page_whose_lease_lapsed_is_not_read_until_the_replica_renews_it(tmp_path):
+    """Finding 4 of issue 31: the page was trusted for 30 s and touched on every heartbeat, even by
+    a leader whose lease had lapsed (paused, fenced): readers on its node stalled with it."""
+    log = PartitionLog(tmp_path, TopicConfig())
+    log.append(rb.build([b"x"] * 3, timestamps_ms=[TS] * 3))
+    writer = ReadViewWriter(tmp_path)
+    publish(writer, log, 3)
+    reader = LocalReader(tmp_path)
+    assert reader.read(0, 1 << 20) is not None
+    writer.touch(time.monotonic_ns() - 1)  # its heartbeats stopped being answered: the lease ran out
+    assert reader.read(0, 1 << 20) is None
+    writer.touch(time.monotonic_ns() + LEASE_NS)
+    assert reader.read(0, 1 << 20) is not None
+    log.close()
+
+
+def test_a_page_whose_writer_pid_now_names_another_process_is_not_read(tmp_path):
+    """A SIGKILLed replica's page stays; its pid can be reused by a process that is not the writer."""
+    log = PartitionLog(tmp_path, TopicConfig())
+    log.append(rb.build([b"x"], timestamps_ms=[TS]))
+    writer = ReadViewWriter(tmp_path)
+    publish(writer, log, 1)
+    reader = LocalReader(tmp_path)
+    assert reader.read(0, 1 << 20) is not None
+    writer._start_ticks += 1  # the same pid, started at another time: another process
+    publish(writer, log, 1, epoch=4)
+    assert reader.read(0, 1 << 20) is None
+    log.close()
+
+
+def test_a_replica_opening_its_log_says_first_that_no_one_reads_there(tmp_path):
+    """The restarted replica's recovery may cut what the previous process's page described: the page
+    says so (no role, an odd generation) before the log is opened."""
+    log = PartitionLog(tmp_path, TopicConfig())
+    log.append(rb.build([b"x"] * 3, timestamps_ms=[TS] * 3))
+    publish(ReadViewWriter(tmp_path), log, 3)
+    reader = LocalReader(tmp_path)
+    assert reader.read(0, 1 << 20) is not None
+    ReadViewWriter(tmp_path)  # the next process, before its log opens
+    snap = reader.snapshot()
+    assert snap.role == ROLE_NONE and snap.generation % 2 == 1
+    assert reader.read(0, 1 << 20) is None
+    log.close()
+
+
+def test_the_page_has_its_blocks_before_it_is_mapped(tmp_path):
+    """A store into an unallocated page of a shared mapping on a full disk kills the writer (SIGBUS)."""
+    ReadViewWriter(tmp_path)
+    page = os.stat(tmp_path / "read-view")
+    assert page.st_size == 4096 and page.st_blocks * 512 >= 4096

@@ -1,6 +1,7 @@
 package io.raylog.spark;
 
 import java.io.File;
+import java.lang.invoke.VarHandle;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
@@ -22,14 +23,17 @@ import java.util.zip.CRC32C;
  * how far. It answers what the leader's fetch answers, or null: then the task asks the leader.
  * Files are read with positional reads, never mapped (a truncation under a mapping would crash
  * the JVM); every CRC is checked, and a second look at the page throws away bytes read while
- * the replica changed its files.
+ * the replica changed its files. The page is trusted only within the replica's lease (its
+ * valid_until_ns, on the CLOCK_MONOTONIC that System.nanoTime reads on Linux) and while its writer
+ * is the same process (pid and start time), and a segment is left for the next only when its
+ * batches end exactly at its end: bytes that stop making sense never let a reader skip records.
  */
 final class LocalSegments implements AutoCloseable {
   private static final int PAGE_SIZE = 4096;
   private static final int SEQUENCE_AT = 8;
   private static final int FIELDS_AT = 16;
   private static final int ROLE_LEADER = 1;
-  private static final long STALE_AFTER_NS = 30_000_000_000L;
+  private static final int VERSION = 2;
   private static final int HEADER_SIZE = 61;
   private static final int LOG_OVERHEAD = 12;
   private static final int CRC_AT = 17;
@@ -39,7 +43,8 @@ final class LocalSegments implements AutoCloseable {
 
   /** One consistent reading of the page. */
   static final class Snapshot {
-    long highWatermark, logStart, logEnd, activeBase, activeSize, activeIndexEntries, generation, pid, updatedNs;
+    long highWatermark, logStart, logEnd, activeBase, activeSize, activeIndexEntries, generation, pid, updatedNs,
+        validUntilNs, startTicks;
     int leaderEpoch, role;
   }
 
@@ -62,9 +67,10 @@ final class LocalSegments implements AutoCloseable {
     }
     page = pageChannel.map(FileChannel.MapMode.READ_ONLY, 0, PAGE_SIZE);
     page.order(ByteOrder.LITTLE_ENDIAN);
-    if (page.get(0) != 'R' || page.get(1) != 'L' || page.get(2) != 'R' || page.get(3) != 'V' || page.getInt(4) != 1) {
+    if (page.get(0) != 'R' || page.get(1) != 'L' || page.get(2) != 'R' || page.get(3) != 'V'
+        || page.getInt(4) != VERSION) {
       pageChannel.close();
-      throw new IOException(directory + "/read-view is not a version 1 read view");
+      throw new IOException(directory + "/read-view is not a version " + VERSION + " read view");
     }
   }
 
@@ -74,6 +80,9 @@ final class LocalSegments implements AutoCloseable {
       if ((before & 1) != 0) {
         continue;
       }
+      // The seqlock's order: the sequence before the fields, the fields before the sequence again
+      // (a machine that reorders loads, as aarch64, would otherwise mix two publications).
+      VarHandle.acquireFence();
       Snapshot s = new Snapshot();
       s.highWatermark = page.getLong(FIELDS_AT);
       s.logStart = page.getLong(FIELDS_AT + 8);
@@ -86,6 +95,9 @@ final class LocalSegments implements AutoCloseable {
       s.generation = page.getLong(FIELDS_AT + 56);
       s.pid = page.getLong(FIELDS_AT + 64);
       s.updatedNs = page.getLong(FIELDS_AT + 72);
+      s.validUntilNs = page.getLong(FIELDS_AT + 80);
+      s.startTicks = page.getLong(FIELDS_AT + 88);
+      VarHandle.acquireFence();
       if (page.getLong(SEQUENCE_AT) == before) {
         return s;
       }
@@ -119,8 +131,19 @@ final class LocalSegments implements AutoCloseable {
   }
 
   private static boolean alive(Snapshot s) {
-    long ageNs = System.currentTimeMillis() * 1_000_000L - s.updatedNs;
-    return ageNs <= STALE_AFTER_NS && ProcessHandle.of(s.pid).map(ProcessHandle::isAlive).orElse(false);
+    return System.nanoTime() < s.validUntilNs && startTicks(s.pid) == s.startTicks;
+  }
+
+  /** A process's start time in clock ticks since boot (/proc/pid/stat field 22), -1 if it is gone. */
+  static long startTicks(long pid) {
+    try {
+      String stat = new String(java.nio.file.Files.readAllBytes(Path.of("/proc", Long.toString(pid), "stat")),
+          java.nio.charset.StandardCharsets.US_ASCII);
+      String[] fields = stat.substring(stat.lastIndexOf(')') + 2).split(" ");
+      return Long.parseLong(fields[19]);
+    } catch (IOException | RuntimeException e) {
+      return -1;
+    }
   }
 
   private List<Long> segments(Snapshot s) throws IOException {
@@ -173,8 +196,9 @@ final class LocalSegments implements AutoCloseable {
     }
     for (int i = slot; i < all.size(); i++) {
       long base = all.get(i);
-      long limit = base == s.activeBase ? s.activeSize : log(base).size();
-      Object[] found = readSegment(s, base, offset, maxBytes, limit);
+      boolean active = base == s.activeBase;
+      long limit = active ? s.activeSize : log(base).size();
+      Object[] found = readSegment(s, base, offset, maxBytes, limit, active);
       if (found == null) {
         return null;
       }
@@ -186,28 +210,33 @@ final class LocalSegments implements AutoCloseable {
     return new byte[0];
   }
 
-  /** {batches, whether the high watermark stopped the scan}, or null when the bytes do not hold. */
-  private Object[] readSegment(Snapshot s, long base, long offset, int maxBytes, long limit) throws IOException {
+  /**
+   * {batches, whether the read stops in this segment (the high watermark, maxBytes or the active
+   * segment's written end)}, or null when the bytes do not hold together: a header that is not
+   * one ends the read there, it never lets the caller step to the next segment.
+   */
+  private Object[] readSegment(Snapshot s, long base, long offset, int maxBytes, long limit, boolean active)
+      throws IOException {
     FileChannel ch = log(base);
     long pos = startPosition(s, base, offset);
     long start = -1;
     long end = pos;
     ByteBuffer head = ByteBuffer.allocate(PEEK);
-    boolean reachedHw = false;
-    while (end + HEADER_SIZE <= limit) {
+    boolean stopped = active;
+    while (end < limit) {
       head.clear();
       if (readFully(ch, head, end) < PEEK) {
-        break;
+        return null;
       }
       long batchBase = head.getLong(0);
       int length = head.getInt(8);
       long size = LOG_OVERHEAD + (long) length;
-      if (length <= 0 || end + size > limit) {
-        break;
+      if (size < HEADER_SIZE || end + size > limit) {
+        return null;
       }
       long last = batchBase + head.getInt(LAST_DELTA_AT);
       if (last >= s.highWatermark) {
-        reachedHw = true;
+        stopped = true;
         break;
       }
       if (start < 0) {
@@ -215,12 +244,13 @@ final class LocalSegments implements AutoCloseable {
           start = end;
         }
       } else if (end + size - start > maxBytes) {
+        stopped = true;
         break;
       }
       end += size;
     }
     if (start < 0 || end == start) {
-      return new Object[] {new byte[0], reachedHw};
+      return new Object[] {new byte[0], stopped};
     }
     ByteBuffer data = ByteBuffer.allocate((int) (end - start));
     if (readFully(ch, data, start) != end - start || !crcsHold(data.array())) {
@@ -230,7 +260,7 @@ final class LocalSegments implements AutoCloseable {
     hintBase = base;
     hintOffset = lastOffset(bytes) + 1;
     hintPosition = end;
-    return new Object[] {bytes, reachedHw};
+    return new Object[] {bytes, stopped};
   }
 
   private long startPosition(Snapshot s, long base, long offset) throws IOException {
