@@ -26,10 +26,12 @@ history and names every anomaly; for acks='all' with idempotence none is allowed
 
 Liveness is checked too (``stalls``): a partition whose acknowledged sends, or whose records
 polled by the group, make no progress for longer than STALL_FACTOR x replica_session_timeout_ms
-is a ``stall``, unless a fault that leaves no healthy in-sync replica to serve it (the whole
-cluster restarting, the controller down, a full disk on the leader) covers that time, or for
-polls the group coordinator down (members commit synchronously). A paused leader is no excuse:
-it is fenced after the session timeout, and clients resend to the next.
+is a ``stall``, unless the partition could not serve meanwhile: the controller showed it without
+a leader or short of MIN_INSYNC in-sync replicas, or a fault that leaves no healthy leader (the
+whole cluster restarting, the controller down, a full disk on the leader) covers that time, or
+for polls a faulty group (its coordinator or a member paused or killed: members commit
+synchronously). A paused leader is no excuse: it is fenced after the session timeout, and
+clients resend to the next.
 
 Run it: ``python -m tests.support.chaos --minutes 30 --out bench/results/chaos.json`` (``make
 chaos``), or ``run(...)`` from a test (``tests/faults/test_chaos.py`` runs a short one).
@@ -54,6 +56,7 @@ import ray
 
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from raylog import ray_calls
 from raylog.errors import RaylogError
 from raylog.records import TopicPartition
 from tests.support.cluster import simulated_cluster
@@ -65,6 +68,8 @@ TOPIC = "chaos"
 GROUP = "chaos-group"
 STREAM_GROUP = "chaos-stream"
 PARTITIONS = 3
+MIN_INSYNC = 2
+"""The cluster's min_insync_replicas (its default): what the topic needs to acknowledge acks='all'."""
 CLUSTER_CONFIG = {
     "replica_lag_time_max_ms": 5000,
     "replica_session_timeout_ms": 4000,
@@ -95,10 +100,11 @@ EXCUSED = ("restart-cluster", "kill-controller", "pause-controller", "fill-disk"
 """Faults during which, and for STALL_FACTOR session timeouts after which, a partition may make no
 progress: none leaves a healthy leader able to take writes (the controller's replicas hold no lease
 while it is down; a leader on a full disk refuses appends, docs/architecture.md "Not yet")."""
-EXCUSED_POLLS = ("kill-coordinator", "pause-coordinator")
-"""Faults that excuse, in the same way, only the group's polls: members commit after every poll and
-wait for it (Kafka's commitSync), so a coordinator paused or restarting holds the group's polls
-whatever the partitions' leaders do, as it would hold a Kafka group's."""
+EXCUSED_POLLS = ("kill-coordinator", "pause-coordinator", "kill-member", "pause-member")
+"""Faults that excuse, in the same way, only the group's polls, because the group rather than the
+partition is faulty: members commit after every poll and wait for it (Kafka's commitSync), so a
+coordinator paused or restarting holds the group's polls; a member paused or killed holds its
+partitions until the group's session timeout and a rebalance hand them on, as in a Kafka group."""
 SHORT_SCHEDULE = ["pause-busy-leader", "intrude-channels", "kill-leader", "flip-follower-byte", "pause-coordinator",
                   "kill-member", "restart-node", "kill-controller", "fill-disk", "pause-follower", "lose-node",
                   "pause-controller", "reassign"]
@@ -257,10 +263,28 @@ class Progress:
     def __init__(self):
         self._lock = threading.Lock()
         self.times: dict[tuple[str, int], list[int]] = {}
+        self.short_of_isr: dict[int, list[tuple[float, float]]] = {}
+        """Partition -> (start, end) in monotonic seconds: spans when the controller showed it without
+        a leader or with fewer than MIN_INSYNC in-sync replicas (nothing can be acknowledged with
+        acks='all' then, nor the high watermark move)."""
+        self._healthy_at: dict[int, float] = {}
+        self._short_since: dict[int, float] = {}
 
     def note(self, kind: str, partition: int, t_ns: int) -> None:
         with self._lock:
             self.times.setdefault((kind, partition), []).append(t_ns)
+
+    def note_isr(self, partition: int, healthy: bool, t_s: float) -> None:
+        """One look at a partition's state. A span short of in-sync replicas starts at the last look
+        that found it healthy (it may have changed just after) and ends at the next such look."""
+        with self._lock:
+            if healthy:
+                since = self._short_since.pop(partition, None)
+                if since is not None:
+                    self.short_of_isr.setdefault(partition, []).append((since, t_s))
+                self._healthy_at[partition] = t_s
+            elif partition not in self._short_since:
+                self._short_since[partition] = self._healthy_at.get(partition, t_s)
 
     def moving(self, expected: list[tuple[str, int]]) -> bool:
         """Whether every ``expected`` series (kind, partition) has moved at least once."""
@@ -269,13 +293,18 @@ class Progress:
 
     def stalls(self, expected: list[tuple[str, int]], windows: dict[str, list[tuple[float, float]]], limit_s: float,
                until_s: float, origin_s: float) -> list[dict]:
-        """Each gap longer than ``limit_s`` in a partition's progress that no window excused for its
-        kind (``windows``: kind -> (start, end) in monotonic seconds) covers,
+        """Each gap longer than ``limit_s`` in a partition's progress that neither a window excused
+        for its kind (``windows``: kind -> (start, end) in monotonic seconds) nor a span of the
+        partition short of in-sync replicas covers,
         from the moment every ``expected`` series (kind, partition) had moved once (the workload up:
         the first group join is not a fault's doing) to ``until_s`` (monotonic seconds); gaps are
         given in seconds since ``origin_s``."""
         with self._lock:
             series = {k: sorted(v) for k, v in self.times.items()}
+            short = {p: spans + ([(self._short_since[p], until_s)] if p in self._short_since else [])
+                     for p, spans in self.short_of_isr.items()}
+            for p, since in self._short_since.items():
+                short.setdefault(p, [(since, until_s)])
         missing = [k for k in expected if not series.get(k)]
         if missing:
             return [{"kind": kind, "partition": partition, "never_moved": True} for kind, partition in missing]
@@ -288,7 +317,7 @@ class Progress:
                     continue
                 # The part of the gap no excused window covers.
                 uncovered = [(a, b)]
-                for start, end in windows.get(kind, []):
+                for start, end in windows.get(kind, []) + short.get(partition, []):
                     uncovered = [piece for lo, hi in uncovered for piece in ((lo, min(hi, start)), (max(lo, end), hi))
                                  if piece[1] > piece[0]]
                 longest = max((hi - lo for lo, hi in uncovered), default=0.0)
@@ -522,13 +551,18 @@ def read_everything(cluster, timeout_s: float = 180) -> dict[int, list[tuple[int
     return out
 
 
+def in_sync(state: dict) -> bool:
+    """Whether a partition (describe_partitions' row) can acknowledge acks='all' sends."""
+    return not state["offline"] and len(state["isr"]) >= MIN_INSYNC
+
+
 def wait_healthy(cluster, timeout_s: float) -> bool:
-    """Every partition of the topic led and with at least 2 in-sync replicas."""
+    """Every partition of the topic led and with at least MIN_INSYNC in-sync replicas."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
             states = cluster.admin().describe_partitions(TOPIC)
-            if all(not s["offline"] and len(s["isr"]) >= 2 for s in states):
+            if all(in_sync(s) for s in states):
                 return True
         except RaylogError:
             pass
@@ -744,6 +778,12 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
                     try:
                         for p, o in committed(sim.cluster, GROUP).items():
                             history.observe_committed(GROUP, p, o)
+                        # The controller's view alone (describe_partitions would also ask each leader,
+                        # and wait on a paused one, and drop the producers' cached metadata).
+                        states = ray_calls.get(sim.cluster.controller.partition_states.remote(TOPIC), 10)
+                        now = time.monotonic()
+                        for state in states:
+                            work.progress.note_isr(state["partition"], in_sync(state), now)
                     except (RaylogError, ray.exceptions.RayError):
                         pass
 
@@ -760,10 +800,16 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
             time.sleep(0.5)
         time.sleep(2)
         deadline = started + minutes * 60
-        kinds = [k for k in WEIGHTS for _ in range(WEIGHTS[k])]
+        deck: list[str] = []
         n = 0
         while time.monotonic() < deadline:
-            kind = schedule[n % len(schedule)] if schedule else rng.choice(kinds)
+            if not schedule and not deck:
+                # Drawn from a shuffled deck holding each kind WEIGHTS times, not independently: every
+                # kind comes up once in each deck (31 faults), so a rare one, as a whole-cluster
+                # restart, is in every run of that length.
+                deck = [k for k in WEIGHTS for _ in range(WEIGHTS[k])]
+                rng.shuffle(deck)
+            kind = schedule[n % len(schedule)] if schedule else deck.pop()
             if kind == "fill-disk" and not sim.disks:
                 kind = "pause-follower"
             n += 1
@@ -779,6 +825,9 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
                 work.group.pump()
             work.supervise()
             work.group.pump()
+            # Settled: every partition back in sync before the next fault, so faults do not pile up
+            # (a follower still catching up after a restart, then another node lost, leaves one).
+            wait_healthy(sim.cluster, 60)
             time.sleep(rng.uniform(3, 6) if short else rng.uniform(5, 15))
         say("faults over: healing, draining")
         injector.heal_all()
