@@ -98,6 +98,8 @@ FOLLOWER_BACKOFF_S = (0.05, 1.0)
 LEASE_MARGIN_MS = 1000
 """A leader's lease ends this much (at most a tenth of the session) before the controller could fence
 it: room for the two clocks' rates and the fencing check's own period."""
+READ_LOCATION_LEASE_WAIT_S = 1.0
+"""How long read_location waits for a heartbeat's answer when the replica holds no lease yet."""
 DIRECTORY_LOCK_WAIT_S = 60.0
 """How long a starting replica waits for the previous process of its directory to exit (Ray ends the
 processes of a removed node within about 15 s here) before it fails to start, and is started again."""
@@ -1078,6 +1080,12 @@ class PartitionReplica:
         Ray's token admitted: the channel takes no connection without it."""
         import ray
 
+        self._ensure_started()
+        if not self._lease_held() and not self._deleted:
+            # Readers trust the page only under a lease: a replica asked before its first heartbeat
+            # was answered (just started) waits for that answer, briefly, so their first reads are
+            # local. A silent controller does not hold the caller up longer than that.
+            await self._heartbeat_round(READ_LOCATION_LEASE_WAIT_S)
         name = secret = ""
         if self._channel is not None and not self._deleted:
             try:

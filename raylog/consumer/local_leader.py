@@ -38,8 +38,10 @@ def open_local_reader(metadata: Metadata, topic: str, partition: int,
             return LocalReader(directory), epoch
     except (RaylogError, OSError):
         return None, epoch
+    # A follower here is opened whatever the cached ISR says (it may be older than the follower's
+    # return to the ISR): its page says "follower" only while it is in the ISR it last heard of.
     for replica in info.replicas:
-        if replica.ray_node_id == here and replica.replica_id in info.isr and replica.replica_id != info.leader.replica_id:
+        if replica.ray_node_id == here and replica.replica_id != info.leader.replica_id:
             try:
                 return LocalReader(replica.directory, ROLE_FOLLOWER), epoch
             except OSError:

@@ -91,7 +91,7 @@ def test_a_rolling_restart_with_drain_loses_nothing_and_keeps_every_partition_le
                 work.group.pump()
             watch.stop()
             assert watch.looks > 20 and watch.offline == [], watch.offline[:10]
-            work.producers.stop()
+            work.stop_producers()  # the driver's and the worker nodes' (ends must stay put)
             ends = chaos.end_offsets(cluster)
 
             def drained_to_the_end() -> bool:

@@ -29,8 +29,8 @@ polled by the group, make no progress for longer than STALL_FACTOR x replica_ses
 is a ``stall``, unless the partition could not serve meanwhile: the controller showed it without
 a leader or short of MIN_INSYNC in-sync replicas, or a fault that leaves no healthy leader (the
 whole cluster restarting, the controller down, a full disk on the leader) covers that time, or
-for polls a faulty group (its coordinator or a member paused or killed: members commit
-synchronously). A paused leader is no excuse: it is fenced after the session timeout, and
+for polls a faulty or changing group (its coordinator or a member paused or killed, members
+replaced or added: members commit synchronously, and a rebalance hands partitions over). A paused leader is no excuse: it is fenced after the session timeout, and
 clients resend to the next.
 
 Run it: ``python -m tests.support.chaos --minutes 30 --out bench/results/chaos.json`` (``make
@@ -269,6 +269,10 @@ class Progress:
         acks='all' then, nor the high watermark move)."""
         self._healthy_at: dict[int, float] = {}
         self._short_since: dict[int, float] = {}
+        self.group_changes: list[tuple[float, float]] = []
+        """(start, end) in monotonic seconds of each change of the group's members that the workload
+        made (a dead member replaced, one more joining and the oldest leaving): the group hands
+        partitions over in a rebalance meanwhile, as a Kafka group does."""
 
     def note(self, kind: str, partition: int, t_ns: int) -> None:
         with self._lock:
@@ -427,7 +431,8 @@ class Group:
                 self.node_producers[node] = NodeProducer.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
                     node, soft=False)).remote(f"p{self._made}", self.ledger, self.generation)
 
-    def add(self) -> None:
+    def add(self):
+        """Start one more member (its actor handle)."""
         self._made += 1
         workers = self._workers()
         # Spread over the worker nodes (soft: anywhere if that node is gone), where they read the
@@ -437,6 +442,7 @@ class Group:
         member = ChaosMember.options(**options).remote(f"m{self._made}", self.ledger, MEMBER_CONFIG)
         with self._lock:
             self.members.append(member)
+        return member
 
     def handles(self) -> list:
         with self._lock:
@@ -452,6 +458,7 @@ class Group:
                 del self.node_producers[node]  # gone with its node: what it had not had acknowledged is open
         self._start_node_producers()
         alive = []
+        started = time.monotonic()
         for member in self.handles():
             try:
                 ray.get(member.pid.remote(), timeout=15)
@@ -459,11 +466,15 @@ class Group:
             except (ray.exceptions.RayError, TimeoutError):
                 self.log("  a member is gone; a new one joins")
         with self._lock:
+            replaced = len(self.members) - len(alive)
             self.members = alive
         while len(self.handles()) < MEMBERS:
             self.add()
         if self.rng.random() < 0.15:
-            self.add()
+            # The new member up first (as a scale-out then scale-in would go), then the oldest leaves.
+            newest = self.add()
+            with contextlib.suppress(ray.exceptions.RayError, TimeoutError):
+                ray.get(newest.pid.remote(), timeout=60)
             oldest = self.handles()[0]
             with self._lock:
                 self.members.remove(oldest)
@@ -472,6 +483,9 @@ class Group:
             except ray.exceptions.RayError:
                 pass
             self.log("  a member joined and the oldest left")
+        elif not replaced:
+            return
+        self.progress.group_changes.append((started, time.monotonic()))
 
     def pump(self) -> None:
         """Record what the members reported since the last pump, in the ledger's order."""
@@ -870,6 +884,7 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
         excused = {kind: [(f.started, (f.ended or time.monotonic()) + STALL_FACTOR * session_s)
                           for f in injector.history if f.kind in kinds and f.error is None]
                    for kind, kinds in (("acks", EXCUSED), ("polls", EXCUSED + EXCUSED_POLLS))}
+        excused["polls"] += [(a, b + STALL_FACTOR * session_s) for a, b in work.progress.group_changes]
         stalls = work.progress.stalls(moving, excused, STALL_FACTOR * session_s, producing_until, started)
         for stall in stalls:  # the faults in force during it or just before (as the run's log stamps them)
             stall["faults"] = [f"{f.kind} {f.target} {f.started - started:.1f}-{(f.ended or f.started) - started:.1f} s"
