@@ -23,6 +23,13 @@ loop that never yields looks like starvation, and must not keep the cluster lead
 Twenty (three minutes by default) outlasts 256 replicas starting on two cores."""
 
 
+BUSY_CPU_SHARE = 0.25
+"""Share of a CPU a controller must have used since its silence began to count as working when no
+thread of it is seen running: the loop that was busy may have just finished and answered, the
+answer still on its way to the replica. An idle or hung Ray actor process uses about 1% (its
+core worker's threads)."""
+
+
 @dataclass(frozen=True)
 class ProcessIdentity:
     """A process, told apart from a later one with the same pid by its start time (in clock ticks
@@ -55,20 +62,38 @@ def own_identity() -> ProcessIdentity | None:
     return ProcessIdentity(boot_id, os.getpid(), int(fields[19]))
 
 
-def is_working(identity: ProcessIdentity | None, samples: int = 5, interval_s: float = 0.02) -> bool | None:
+def cpu_seconds(identity: ProcessIdentity | None) -> float | None:
+    """CPU time the process has used (all its threads), or None when it cannot be seen from here."""
+    if identity is None or _boot_id() != identity.boot_id:
+        return None
+    fields = _stat_fields(f"/proc/{identity.pid}/stat")
+    if fields is None or int(fields[19]) != identity.start_ticks:
+        return None
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def is_working(identity: ProcessIdentity | None, samples: int = 5, interval_s: float = 0.02,
+               since: tuple[float, float] | None = None) -> bool | None:
     """True when a thread of the process is seen running or waiting for a CPU in one of ``samples``
-    looks; False when it is there but stopped or asleep in all of them; None when it cannot be seen
-    from here (another host, or it exited)."""
+    looks, or (``since``: a time.monotonic() and the cpu_seconds() then) it used BUSY_CPU_SHARE of
+    a CPU since then and is not stopped; False when it is stopped, or asleep in every look after
+    little CPU; None when it cannot be seen from here (another host, or it exited)."""
     if identity is None or _boot_id() != identity.boot_id:
         return None
     for i in range(samples):
         states = _thread_states(identity)
         if states is None:
             return None
+        if "T" in states:
+            return False
         if "R" in states:
             return True
         if i + 1 < samples:
             time.sleep(interval_s)
+    if since is not None:
+        used, elapsed = cpu_seconds(identity), time.monotonic() - since[0]
+        if used is not None and since[1] is not None and elapsed > 0:
+            return (used - since[1]) / elapsed >= BUSY_CPU_SHARE
     return False
 
 
@@ -98,7 +123,7 @@ def _thread_states(identity: ProcessIdentity) -> set[str] | None:
 
 def _stat_fields(path: str) -> list[str] | None:
     """The fields of a /proc stat file after the command name (which is in parentheses and may
-    hold spaces): [0] is the state, [19] the start time."""
+    hold spaces): [0] is the state, [11] and [12] user and system CPU time, [19] the start time."""
     try:
         with open(path, "rb") as f:
             text = f.read().decode("ascii", "replace")
@@ -106,6 +131,9 @@ def _stat_fields(path: str) -> list[str] | None:
         return None
     fields = text[text.rfind(")") + 2:].split()
     return fields if len(fields) > 19 else None
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def _boot_id() -> str | None:

@@ -195,6 +195,8 @@ class PartitionReplica:
         self._controller_process: process_state.ProcessIdentity | None = None
         """The controller that last answered a heartbeat, to tell a busy one from a stopped one."""
         self._controller_busy_logged = False
+        self._silence_mark: tuple = (None, 0.0, None)
+        """(the unanswered heartbeat, when its silence was first noticed, the controller's CPU seconds then)."""
         self._follower_error: str | None = None
         self.replication_stats = {"follower_fetches_served": 0, "follower_bytes_served": 0,
                                   "fetches_as_follower": 0, "bytes_fetched_as_follower": 0}
@@ -461,10 +463,11 @@ class PartitionReplica:
         self.metrics.report(self.log.log_end_offset, self.state.high_watermark, self.log.size_bytes,
                             len(self.log.segments), self.state.follower_end if self.state.role == LEADER else None)
 
-    async def _heartbeat_round(self, wait_s: float) -> None:
+    async def _heartbeat_round(self, wait_s: float, judge_silence: bool = True) -> None:
         """Send a heartbeat, unless one is still unanswered (a silent controller must not find a pile
         of them when it wakes), and wait up to ``wait_s`` for the answer: it renews the lease and
-        carries the partition's state when the controller holds a newer one than ours."""
+        carries the partition's state when the controller holds a newer one than ours. With
+        ``judge_silence``, a controller silent past the session timeout may be restarted."""
         self._view.touch(int(self._lease_until * 1e9))
         if self._heartbeat is None:
             try:
@@ -480,10 +483,19 @@ class PartitionReplica:
         try:
             reply = await asyncio.wait_for(asyncio.shield(heartbeat), wait_s)
         except asyncio.TimeoutError:
+            if not judge_silence:
+                return
             silent_s = time.monotonic() - sent_at
             session_s = self.cluster.replica_session_timeout_ms / 1000
+            if self._silence_mark[0] is not heartbeat:
+                # What the controller's CPU clock said early in the silence: a controller that used
+                # its share of a CPU since then was working, whatever its threads do at the check.
+                self._silence_mark = (heartbeat, time.monotonic(), process_state.cpu_seconds(self._controller_process))
             if silent_s > session_s:
-                working = await asyncio.to_thread(process_state.is_working, self._controller_process)
+                working = await asyncio.to_thread(process_state.is_working, self._controller_process,
+                                                  since=self._silence_mark[1:])
+                if heartbeat.done():
+                    return  # answered while we looked: not silent after all (the next round reads it)
                 if process_state.should_restart(silent_s, session_s, working):
                     if self._heartbeat is heartbeat:
                         self._heartbeat = None
@@ -1084,8 +1096,9 @@ class PartitionReplica:
         if not self._lease_held() and not self._deleted:
             # Readers trust the page only under a lease: a replica asked before its first heartbeat
             # was answered (just started) waits for that answer, briefly, so their first reads are
-            # local. A silent controller does not hold the caller up longer than that.
-            await self._heartbeat_round(READ_LOCATION_LEASE_WAIT_S)
+            # local. A silent controller does not hold the caller up longer than that (judging it is
+            # the heartbeat loop's).
+            await self._heartbeat_round(READ_LOCATION_LEASE_WAIT_S, judge_silence=False)
         name = secret = ""
         if self._channel is not None and not self._deleted:
             try:

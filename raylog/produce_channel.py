@@ -133,8 +133,14 @@ class ProduceChannelServer:
         """Stop listening and drop every connection (their waiting requests fail over)."""
         self._closed = True
         if self._server is not None:
-            self._server.close()
-            self._server = None
+            server, self._server = self._server, None
+            # A connection asyncio accepted but has not attached yet when its server closes is
+            # dropped unclosed (Server._attach asserts), its client left waiting: stop accepting,
+            # let those attach (_admits refuses them now), then close.
+            for sock in server.sockets:
+                asyncio.get_running_loop().remove_reader(sock.fileno())
+            await asyncio.sleep(0)
+            server.close()
         for writer in list(self._connections):
             writer.close()
 
@@ -158,11 +164,18 @@ class ProduceChannelServer:
         return magic == HELLO_MAGIC and version == HELLO_VERSION and hmac.compare_digest(secret, self.secret)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if not self._admits(writer) or not await self._hello(reader):
+        if not self._admits(writer):
             self.refused += 1
             writer.close()
             return
+        # Counted (and closed by close()) while it says hello: a close() then must not leave it to
+        # queue requests on a replica that went away.
         self._connections.add(writer)
+        if not await self._hello(reader) or self._closed:
+            self._connections.discard(writer)
+            self.refused += 1
+            writer.close()
+            return
         slots = asyncio.Semaphore(MAX_IN_FLIGHT)
         sending = asyncio.Lock()
         try:

@@ -30,6 +30,7 @@ _CLOCK_MONOTONIC = 1
 _WAKE_ALL = 0x7FFFFFFF
 _PROT_READ = mmap.PROT_READ
 _MAP_SHARED = mmap.MAP_SHARED
+_MAP_ZEROS = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x10  # MAP_FIXED: in place of the file's mapping
 _MAP_FAILED = ctypes.c_void_p(-1).value
 
 
@@ -116,12 +117,21 @@ class SharedPage:
             raise OSError(err, os.strerror(err))
         self.address: int = address
         self.size = size
+        self.closed = False
         self.buffer = (ctypes.c_char * size).from_address(address)
         """The page's bytes for struct.unpack_from (read it, never write: the mapping is read-only)."""
+        # A thread holding the buffer keeps the mapping: it is unmapped only when neither is reachable.
+        self.buffer.owner = self
 
     def close(self) -> None:
+        """Let go of the file. Another thread may be reading the page this moment, so the address
+        stays mapped, to zeros (a page no reader trusts: no lease), until nothing refers to it."""
+        if not self.closed:
+            self.closed = True
+            _mmap(self.address, self.size, _PROT_READ, _MAP_ZEROS, -1, 0)
+
+    def __del__(self) -> None:
         if self.address:
-            self.buffer = None
             _munmap(self.address, self.size)
             self.address = 0
 

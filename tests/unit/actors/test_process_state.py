@@ -62,12 +62,44 @@ def test_a_sleeping_process_is_not_working(child):
     assert is_working(identity_of(child("import time; time.sleep(60)").pid)) is False
 
 
+def test_a_process_that_just_finished_a_busy_spell_is_working_by_the_cpu_it_used(child):
+    """The controller's busy loop may end (and its answer be on its way) just before the check:
+    the CPU it used since the silence began says it was working, though no thread runs now."""
+    proc = child("import time\nuntil = time.process_time() + 1.0\nwhile time.process_time() < until: pass\n"
+                 "time.sleep(60)")
+    who = identity_of(proc.pid)
+    since = (time.monotonic(), process_state.cpu_seconds(who))
+    wait_until_asleep(who, after_cpu_s=1.0)
+    assert is_working(who) is False, "no thread runs now"
+    assert is_working(who, since=since) is True
+    later = (time.monotonic(), process_state.cpu_seconds(who))
+    time.sleep(0.5)
+    assert is_working(who, since=later) is False, "asleep since, and little CPU used"
+
+
+def test_a_sleeping_process_has_used_next_to_no_cpu(child):
+    who = identity_of(child("import time; time.sleep(60)").pid)
+    since = (time.monotonic(), process_state.cpu_seconds(who))
+    time.sleep(0.5)
+    assert is_working(who, since=since) is False
+    assert process_state.cpu_seconds(replace(who, start_ticks=who.start_ticks + 1)) is None
+
+
+def wait_until_asleep(who: ProcessIdentity, after_cpu_s: float) -> None:
+    """Until the process has used ``after_cpu_s`` of CPU and no thread of it runs (its busy spell
+    is over): events, not a budget."""
+    while process_state.cpu_seconds(who) < after_cpu_s or "R" in process_state._thread_states(who):
+        time.sleep(0.05)
+
+
 def test_a_stopped_busy_process_is_not_working(child):
     proc = child("while True: pass")
     who = identity_of(proc.pid)
+    since = (time.monotonic(), process_state.cpu_seconds(who))
     proc.send_signal(signal.SIGSTOP)
     time.sleep(0.1)
     assert is_working(who) is False
+    assert is_working(who, since=since) is False, "stopped, whatever it used before"
     proc.send_signal(signal.SIGCONT)
     assert is_working(who) is True
 

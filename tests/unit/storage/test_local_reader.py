@@ -10,6 +10,7 @@ import multiprocessing
 import os
 import random
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -384,3 +385,39 @@ def test_the_page_has_its_blocks_before_it_is_mapped(tmp_path):
     ReadViewWriter(tmp_path)
     page = os.stat(tmp_path / "read-view")
     assert page.st_size == 4096 and page.st_blocks * 512 >= 4096
+
+
+def test_closing_a_view_while_another_thread_reads_it_crashes_nothing(tmp_path):
+    """A producer's sender thread may be reading a page when the caller closes its view (or the
+    interpreter exits): the page was unmapped under it and the process died of SIGSEGV. Run in a
+    child so a crash is this test's failure, not the suite's end."""
+    log = PartitionLog(tmp_path, TopicConfig())
+    log.append(rb.build([b"x"] * 3, timestamps_ms=[TS] * 3))
+    publish(ReadViewWriter(tmp_path), log, 3)
+    log.close()
+    code = f"""
+import threading
+from raylog.storage.read_view import ReadView
+seen = []
+for _ in range(200):
+    view = ReadView({str(tmp_path)!r})
+    reading = threading.Event()
+    def read(view):
+        while True:
+            snap = view.snapshot()
+            reading.set()
+            if snap is not None and snap.valid_until_ns == 0:
+                seen.append(snap)
+                return
+    thread = threading.Thread(target=read, args=(view,))
+    thread.start()
+    reading.wait()
+    view.close()
+    del view
+    thread.join()
+print(len(seen))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))))
+    assert done.returncode == 0, f"the reader died: {done.returncode} {done.stderr[-2000:]}"
+    assert done.stdout.strip() == "200", "after close a reader sees a page with no lease, which no one trusts"
