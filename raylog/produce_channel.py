@@ -120,14 +120,17 @@ class ProduceChannelServer:
         self._connections: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task] = set()
         self._budget: _ByteBudget | None = None
+        self._starting = asyncio.Lock()
         self._closed = False
         self.refused = 0
         """Connections closed unread: no secret, another user, over a bound."""
 
     async def start(self) -> None:
-        if self._server is None and not self._closed:
-            self._budget = _ByteBudget(BUFFERED_BYTES_MAX)
-            self._server = await asyncio.start_unix_server(self._serve, path=_address(self.name))
+        """Listen, once: concurrent callers (read_location calls overlap) wait for the first."""
+        async with self._starting:
+            if self._server is None and not self._closed:
+                self._budget = _ByteBudget(BUFFERED_BYTES_MAX)
+                self._server = await asyncio.start_unix_server(self._serve, path=_address(self.name))
 
     async def close(self) -> None:
         """Stop listening and drop every connection (their waiting requests fail over)."""

@@ -853,12 +853,13 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
         producing_until = time.monotonic()
         work.stop_producers()
         say(f"producers stopped: {history.summary()['sends_acked']} acknowledged")
-        ends = end_offsets(cluster)
         drain_deadline = time.monotonic() + 240
         drained = False
         while time.monotonic() < drain_deadline:
             group.pump()
-            if committed(cluster, GROUP) == ends:
+            # Read again each time: a batch sent before the producers stopped, never acknowledged,
+            # may still be committed once a follower that was catching up joins the ISR.
+            if committed(cluster, GROUP) == end_offsets(cluster):
                 drained = True
                 break
             time.sleep(1)
