@@ -58,10 +58,15 @@ class Metadata:
                              loaded_at)
 
     def _install(self, topic: str, answer, loaded_at: float) -> TopicInfo:
+        """Cache ``answer`` (asked at ``loaded_at``), unless what is cached was asked later: an
+        answer a LeaderWatch collects late may predate an election a newer load already shows."""
         description, leaders = answer
         info = TopicInfo(description, leaders, len(leaders),
                          int(description.config.get("max_message_bytes", 1 << 62)), loaded_at)
         with self._lock:
+            cached = self._topics.get(topic)
+            if cached is not None and cached.loaded_at > loaded_at:
+                return cached
             self._topics[topic] = info
         return info
 

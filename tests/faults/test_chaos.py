@@ -1,10 +1,10 @@
 """The short seeded chaos scenario every `make test` runs (issue 19); `make chaos` runs the long one.
 
 Fault model and workload: tests/support/faults.py and tests/support/chaos.py (their module
-docs). In about a minute and a half the short schedule pauses and kills leaders, followers, the
-controller, the group's coordinator and a member, fills a node's disk (where the machine lets the
-test mount a tmpfs), loses a node and adds a fresh one, and moves a partition's leadership, while
-two idempotent acks='all' producers and a consumer group run.
+docs). The short schedule's first SHORT_FAULTS faults (in two minutes or so) pause and kill
+leaders, the controller, the group's coordinator and a member, rot a byte on disk, restart a node
+and fill a node's disk (where the machine lets the test mount a tmpfs), while two idempotent
+acks='all' producers, a producer on each worker node and a consumer group run.
 
 What must hold: the history checker (tests/support/history.py) finds no anomaly of any kind (no
 lost or duplicated record, no offset holding two records, per-producer and per-key order, no
@@ -20,9 +20,15 @@ from tests.support.chaos import run
 
 pytestmark = [pytest.mark.ray, pytest.mark.cluster, pytest.mark.slow]
 
+SHORT_FAULTS = 9
+"""The first nine of the short schedule, however long a loaded machine takes over them (a count
+of faults within a time would depend on the machine's load): a busy leader paused, the produce
+channels intruded on, a leader killed, a follower's byte rotted (then it leads), the
+coordinator paused, a member killed, a node restarted, the controller killed, a disk filled."""
+
 
 def test_a_short_chaos_run_finds_no_anomaly(tmp_path, seed):
-    report = run(minutes=1.4, seed=seed, data_root=str(tmp_path / "data"), short=True)
+    report = run(minutes=1.4, seed=seed, data_root=str(tmp_path / "data"), short=True, faults=SHORT_FAULTS)
     print(report["report"])
     print("faults:", report["faults"], "skipped:", report["faults_skipped"])
     # Liveness (stalls) is reported, not asserted here: it is measured in seconds, and this short run
@@ -31,4 +37,7 @@ def test_a_short_chaos_run_finds_no_anomaly(tmp_path, seed):
     assert report["anomalies"] == {}, report["examples"]
     assert report["healthy_after_faults"] and report["drained"], report
     assert report["operations"]["sends_acked"] > 5000
-    assert sum(report["faults"].values()) >= 6, report["fault_log"]
+    attempted = sum(report["faults"].values()) + sum(report["faults_skipped"].values())
+    assert attempted == SHORT_FAULTS, report["fault_log"]
+    # A fault finds no target now and then (no follower in sync to rot a byte of): skipped, counted.
+    assert sum(report["faults"].values()) >= SHORT_FAULTS - 2, report["fault_log"]

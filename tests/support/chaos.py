@@ -745,9 +745,11 @@ def wait_led(cluster, timeout_s: float) -> bool:
 
 
 def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = False, short: bool = False,
-        log=print, schedule: list[str] | None = None) -> dict:
+        log=print, schedule: list[str] | None = None, faults: int | None = None) -> dict:
     """One chaos run; returns the report (see ``to_json``). ``short`` runs SHORT_SCHEDULE's faults
-    (or ``schedule``'s, in turn) with pauses of 2-6 s instead of random faults of up to 20 s."""
+    (or ``schedule``'s, in turn) with pauses of 2-6 s instead of random faults of up to 20 s.
+    ``faults``: inject that many, however long they take (each waits for a healthy cluster
+    first, which a loaded machine slows), instead of as many as ``minutes`` allow."""
     schedule = schedule or (SHORT_SCHEDULE if short else None)
     rng = random.Random(seed)
     own_root = data_root is None
@@ -816,7 +818,7 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
         deadline = started + minutes * 60
         deck: list[str] = []
         n = 0
-        while time.monotonic() < deadline:
+        while (n < faults) if faults is not None else (time.monotonic() < deadline):
             if not schedule and not deck:
                 # Drawn from a shuffled deck holding each kind WEIGHTS times, not independently: every
                 # kind comes up once in each deck (31 faults), so a rare one, as a whole-cluster

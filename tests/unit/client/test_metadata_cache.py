@@ -1,0 +1,28 @@
+"""The client's metadata cache keeps the newest answer: a lookup made without waiting
+(LeaderWatch) may be collected after a later, blocking lookup already showed a new election, and
+installing it then named the old leader again until the next refresh."""
+
+from __future__ import annotations
+
+from raylog.metadata import Metadata
+from raylog.protocol import PartitionInfo, TopicDescription
+
+
+def answer(leader_epoch: int):
+    partition = PartitionInfo("t", 0, None, (), leader_epoch, f"leader-at-{leader_epoch}")
+    return TopicDescription("t", (partition,)), [f"handle-{leader_epoch}"]
+
+
+def test_an_answer_asked_before_the_cached_one_does_not_replace_it():
+    md = Metadata(controller=None, timeout_s=1)
+    newer = md._install("t", answer(leader_epoch=1), loaded_at=20.0)
+    late = md._install("t", answer(leader_epoch=0), loaded_at=10.0)
+    assert late is newer
+    assert md.leader_epoch("t", 0) == 1 and md.topic("t").leaders == ["handle-1"]
+
+
+def test_an_answer_asked_after_the_cached_one_replaces_it():
+    md = Metadata(controller=None, timeout_s=1)
+    md._install("t", answer(leader_epoch=0), loaded_at=10.0)
+    md._install("t", answer(leader_epoch=2), loaded_at=30.0)
+    assert md.leader_epoch("t", 0) == 2
