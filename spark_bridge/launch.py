@@ -53,7 +53,20 @@ RAY_NATIVE_INFO = re.compile(rb"^\[\d{4}-\d\d-\d\d [\d:,]+ [DI] \d+ \d+\] ")
 has a log file."""
 """The Spark connector (format "raylog"), built by ``make jar`` from spark_bridge/jvm."""
 
+MIN_SPARK = (3, 3)
+"""The oldest Spark the connector runs on: it implements SupportsTriggerAvailableNow (3.3) and
+pushes COUNT(*) down through SupportsPushDownAggregates; pyproject's pyspark bound says the same."""
+
 _current: "Session | None" = None
+
+
+def check_spark_version(version: str) -> None:
+    """ClusterNotAvailableError for a pyspark older than MIN_SPARK, before any JVM starts (the
+    connector would fail later, with a NoClassDefFoundError from deep inside a query)."""
+    found = tuple(int(part) for part in re.findall(r"\d+", version)[:2])
+    if found < MIN_SPARK:
+        raise ClusterNotAvailableError(f"the raylog Spark connector needs Spark {'.'.join(map(str, MIN_SPARK))} "
+                                       f"or later; this pyspark is {version}")
 
 
 class Session:
@@ -159,6 +172,9 @@ def session(app_name: str = "raylog", num_executors: int = 1, executor_cores: in
     if not CONNECTOR_JAR.exists():
         raise ClusterNotAvailableError(f"the Spark connector {CONNECTOR_JAR} is not built: run 'make jar' (it needs "
                                        "the JDK's javac, which the README requires)")
+    import pyspark
+
+    check_spark_version(pyspark.__version__)
     ensure_planner(namespace)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["PYSPARK_PYTHON"] = sys.executable

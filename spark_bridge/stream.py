@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable
 
 from raylog import ray_calls
 from raylog.cluster import default_cluster
-from raylog.errors import GroupIdNotFoundError, IllegalStateError, InvalidConfigError, RaylogError
+from raylog.errors import GroupIdNotFoundError, IllegalStateError, InvalidConfigError, KafkaTimeoutError, RaylogError
 from raylog.logs import get_logger
 from raylog.records import OffsetAndMetadata, TopicPartition
 from raylog.ranges import EARLIEST, LATEST, parse_options
@@ -65,13 +65,15 @@ def batch_end_offsets(checkpoint: str, batch_id: int, spark=None) -> dict[TopicP
 
 def stream(spark, topic: str | Iterable[str], group_id: str, process: Callable[[Any, int], None], *,
            checkpoint_location: str | None = None, trigger_interval_s: float = 1.0, max_batch_retries: int = 3,
-           retry_backoff_s: float = 1.0, **options: Any):
+           retry_backoff_s: float = 1.0, commit_timeout_s: float = 120.0, **options: Any):
     """Start a Spark StreamingQuery calling ``process(df, batch_id)`` with each batch of records of
     ``topic``. Options: starting_offsets (default "latest"), starting timestamps,
     max_offsets_per_trigger, min_offsets_per_trigger, max_trigger_delay, min_partitions,
     fail_on_data_loss, include_headers. ``checkpoint_location`` defaults to
-    ``<data_root>/spark-checkpoints/group-<group_id, URL-quoted>`` of the cluster. One stream per
-    group at a time."""
+    ``<data_root>/spark-checkpoints/group-<group_id, URL-quoted>`` of the cluster. A batch's
+    commit to the group rides out retriable errors (a coordinator restarting) for
+    ``commit_timeout_s`` (120 s, as delivery_timeout_ms), then fails the query with
+    KafkaTimeoutError. One stream per group at a time."""
     topics = [topic] if isinstance(topic, str) else list(topic)
     options = canonical_options(kafka_client_options(options))
     if any(k in options for k in _NOT_FOR_STREAMS):
@@ -79,7 +81,8 @@ def stream(spark, topic: str | Iterable[str], group_id: str, process: Callable[[
                                  "subscribe_pattern and ending_* do not apply")
     if not callable(process):
         raise InvalidConfigError(f"process must be callable as process(df, batch_id), got {process!r}")
-    for name, value in (("trigger_interval_s", trigger_interval_s), ("retry_backoff_s", retry_backoff_s)):
+    for name, value in (("trigger_interval_s", trigger_interval_s), ("retry_backoff_s", retry_backoff_s),
+                        ("commit_timeout_s", commit_timeout_s)):
         if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
             raise InvalidConfigError(f"{name} must be a number of seconds >= 0, got {value!r}")
     if not isinstance(max_batch_retries, int) or isinstance(max_batch_retries, bool) or max_batch_retries < 0:
@@ -117,7 +120,7 @@ def stream(spark, topic: str | Iterable[str], group_id: str, process: Callable[[
         ends = batch_end_offsets(checkpoint_location, batch_id, session)
         meta = json.dumps({"batch_id": batch_id})
         _retrying(lambda: _commit(cluster, group_id, {tp: OffsetAndMetadata(o, meta) for tp, o in ends.items()}),
-                  retry_backoff_s, group_id)
+                  retry_backoff_s, commit_timeout_s, f"stream of group {group_id!r}: the commit of batch {batch_id}")
 
     session = spark_of(spark)
     reader = session.readStream.format("raylog").option("subscribe", ",".join(topics))
@@ -156,14 +159,18 @@ def _commit(cluster, group_id: str, offsets: dict) -> None:
         committer.close(autocommit=False)
 
 
-def _retrying(call: Callable[[], None], backoff_s: float, group_id: str) -> None:
+def _retrying(call: Callable[[], None], backoff_s: float, timeout_s: float, what: str) -> None:
     """``call()`` through retriable errors (a coordinator restarting or moving), as Spark's Kafka
-    source rides out broker failovers; any other error fails the batch."""
+    source rides out broker failovers, for ``timeout_s``: then KafkaTimeoutError (a coordinator
+    that never comes back must not hold foreachBatch forever). Any other error fails the batch."""
+    deadline = time.monotonic() + timeout_s
     while True:
         try:
             return call()
         except RaylogError as exc:
             if not exc.retriable:
                 raise
-            log.warning("stream of group %r: %s; retrying", group_id, exc)
+            if time.monotonic() >= deadline:
+                raise KafkaTimeoutError(f"{what} did not succeed within {timeout_s} s: {exc}") from exc
+            log.warning("%s: %s; retrying", what, exc)
             time.sleep(backoff_s)

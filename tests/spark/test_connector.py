@@ -253,6 +253,28 @@ def test_df_write_format_raylog_then_read_back(cluster, spark):
     assert total(cluster, untouched) == 0
 
 
+def test_a_write_closes_each_batch_before_the_record_that_would_take_it_past_max_message_bytes(cluster, spark):
+    """Finding 4 of issue 32: a batch was measured without its headers, after the record was in
+    it, so it outgrew max_message_bytes and the topic refused it (non-retriable) after earlier
+    batches had landed: the job failed half-written. A record that fits no batch fails the task
+    before it is sent."""
+    limit = 64 * 1024
+    topic = fresh_topic(cluster, 1, max_message_bytes=limit)
+    rng = random.Random(11)
+    data = [(rng.randbytes(500), [("trace", rng.randbytes(2000)), ("span", rng.randbytes(2000))]) for _ in range(120)]
+    df = spark.createDataFrame(data, "value binary, headers array<struct<key:string,value:binary>>").coalesce(1)
+    df.write.format("raylog").option("topic", topic).save()
+    got = read_everything(cluster, topic, len(data))
+    assert sorted(r.value for r in got) == sorted(v for v, _ in data)
+    assert all(len(r.headers) == 2 for r in got)
+
+    refused = fresh_topic(cluster, 1, max_message_bytes=limit)
+    too_big = [(b"small",), (b"also small",), (rng.randbytes(limit),)]
+    with pytest.raises(Exception, match="RecordTooLargeError"):
+        spark.createDataFrame(too_big, "value binary").coalesce(1).write.format("raylog").option("topic", refused).save()
+    assert total(cluster, refused) == 0, "the task failed before sending its open batch"
+
+
 # --- streaming ----------------------------------------------------------------------------------
 
 

@@ -92,17 +92,18 @@ class Jvm:
                 case["records"].append(row)
         return out
 
-    def encode(self, cases: list[tuple[list[dict], int, int]]) -> list[tuple[bytes, bytes]]:
-        """The (lz4, uncompressed) batch BatchEncoder makes of each (records, producer id, base sequence)."""
+    def encode(self, cases: list[tuple[list[dict], int, int]]) -> list[tuple[bytes, bytes, int]]:
+        """The (lz4, uncompressed) batch BatchEncoder makes of each (records, producer id, base
+        sequence), and its size(): what RecordSender bounds batches by."""
         records = self.file(json.dumps([{"records": [_to_json(r) for r in recs], "producer_id": pid,
                                          "base_sequence": seq} for recs, pid, seq in cases]).encode(), ".json")
         out = self.tmp / f"{self.runs}-encoded.bin"
-        self.run("encode", records, str(out))
+        sizes = [json.loads(line)["size"] for line in self.run("encode", records, str(out))]
         buf = out.read_bytes()
         infos = rb.validate_all(buf, check_payload=True)  # Python's broker-side check of what Java wrote
-        assert len(infos) == 2 * len(cases), "one lz4 and one uncompressed batch per case"
+        assert len(infos) == 2 * len(cases) == 2 * len(sizes), "one lz4 and one uncompressed batch per case"
         batches = [buf[i.position:i.position + i.size] for i in infos]
-        return list(zip(batches[::2], batches[1::2]))
+        return list(zip(batches[::2], batches[1::2], sizes))
 
     def murmur2(self, keys: list[bytes]) -> list[int]:
         path = self.file("".join(k.hex() + "\n" for k in keys).encode(), ".keys")
@@ -505,7 +506,7 @@ def _as_sent(cases: list[list[dict]], seed: int) -> list[tuple[list[dict], int, 
 
 
 def assert_python_reads_java_batches(jvm: Jvm, cases: list[tuple[list[dict], int, int]]) -> None:
-    for (records, producer_id, sequence), (lz4_batch, plain) in zip(cases, jvm.encode(cases)):
+    for (records, producer_id, sequence), (lz4_batch, plain, _) in zip(cases, jvm.encode(cases)):
         python_plain = rb.build([r["value"] for r in records], keys=[r["key"] for r in records],
                                 timestamps_ms=[r["timestamp"] for r in records],
                                 headers=[r["headers"] for r in records], compression="none",
@@ -552,10 +553,28 @@ def test_python_reads_java_batches_as_written(jvm):
     assert_python_reads_java_batches(jvm, _as_sent(list(ENCODE_CASES.values()), seed=1))
 
 
+def test_a_batch_is_never_longer_than_the_size_the_sender_bounds_it_by(jvm):
+    """Finding 4 of issue 32: size() left headers and the batch's own overhead out, so RecordSender
+    closed a batch too late and the topic refused it (RecordTooLargeError) after the task's
+    earlier batches had landed. size() must bound the uncompressed batch, and lz4 adds at most
+    BatchEncoder.lz4Growth to it."""
+    rng = random.Random(7)
+    header_heavy = [_records([b"v"] * n, headers=[[("\u00e9\u4e2d" * rng.randrange(1, 60), rng.randbytes(rng.randrange(300)))
+                                                   for _ in range(rng.randrange(1, 9))] for _ in range(n)])
+                    for n in (1, 3, 40, 700)]
+    random_records = [_records([rng.randbytes(rng.randrange(200)) if rng.random() > 0.1 else None for _ in range(n)],
+                               [rng.randbytes(rng.randrange(30)) if rng.random() > 0.5 else None for _ in range(n)])
+                      for n in (1, 9, 1025, 3000)]
+    cases = _as_sent(list(ENCODE_CASES.values()) + header_heavy + random_records, 3)
+    for (records, _, _), (lz4_batch, plain, size) in zip(cases, jvm.encode(cases)):
+        assert len(plain) <= size, f"{len(records)} records: an uncompressed batch of {len(plain)} bytes, bounded by {size}"
+        assert len(lz4_batch) <= size + size // 255 + 20
+
+
 def test_java_reads_back_what_java_wrote_as_python_does(jvm):
     """The connector's writes read back through the connector: the same records Python reads."""
     encoded = jvm.encode(_as_sent(list(ENCODE_CASES.values()), seed=2))
-    buf, spans = log_of([data for pair in encoded for data in pair], first_offset=7)
+    buf, spans = log_of([data for lz4_batch, plain, _ in encoded for data in (lz4_batch, plain)], first_offset=7)
     assert_java_reads_as_python(jvm, buf, spans)
 
 

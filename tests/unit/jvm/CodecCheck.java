@@ -28,7 +28,7 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  *
  *   decode  (BYTES FROM UNTIL)...   one JSON line per record of [FROM, UNTIL) ("case" = argument triple)
  *   encode  BATCHES.json OUT        per {producer_id, base_sequence, records} of BATCHES.json, an lz4 then
- *                                   an uncompressed batch, appended to OUT
+ *                                   an uncompressed batch, appended to OUT, and a line {"size": size()}
  *   murmur2 KEYS                    Murmur2.hash of each hex key, one per line
  *
  * Results are the stdout lines that start with '{': Ray's log4j2.xml, first on the classpath,
@@ -139,6 +139,9 @@ public final class CodecCheck {
           e.add(bin(r.get("key")), bin(r.get("value")), r.get("timestamp").asLong(), headers(r.get("headers")));
         }
         bytes.write(e.encode(lz4, batch.get("producer_id").asLong(), batch.get("base_sequence").asInt()));
+        if (!lz4) {
+          println(JSON.createObjectNode().put("size", e.size()));
+        }
       }
     }
     Files.write(Paths.get(out), bytes.toByteArray());

@@ -26,18 +26,54 @@ final class BatchEncoder {
   private long[] timestamps = new long[1024];
   private List<List<Object[]>> headers;
   private int count;
+  private long size = EMPTY_SIZE;
+
+  /**
+   * encode()'s length, uncompressed, with no record yet: the batch header, the payload's size
+   * prefix, its msgpack header at the longest (5 ints of up to 9 bytes, 8 lengths of up to 5, the
+   * headers array's), the padding of 9 regions to 8 bytes, the two offset arrays' first entries
+   * and the validity bitmaps' last bytes.
+   */
+  static final long EMPTY_SIZE = BatchDecoder.HEADER_SIZE + 4 + 69 + 5 + 9 * 7 + 8 + 2;
 
   int count() {
     return count;
   }
 
-  /** Bytes gathered so far (what batch_size bounds). */
+  /**
+   * At least the length of encode(false) of the records added so far: what a batch limit bounds,
+   * so a batch is closed before the record that would take it over (the topic refuses a batch
+   * over max_message_bytes, after earlier batches of the same task landed).
+   */
   long size() {
-    return keys.data.length() + values.data.length() + 16L * count;
+    return size;
+  }
+
+  /**
+   * What one record adds to size() at most: its key and value, two offsets, a timestamp delta,
+   * two validity bits (a byte, to stay simple), and its headers in msgpack (once any record of
+   * the batch has headers, every record has an array of them: a byte when empty, 5 at most, then
+   * each name at 3 UTF-8 bytes a char at most and each value, with their own headers).
+   */
+  static long recordSize(byte[] key, byte[] value, List<Object[]> headerPairs) {
+    long n = 8 + 8 + 1 + 1 + (key == null ? 0 : key.length) + (value == null ? 0 : value.length);
+    if (headerPairs != null) {
+      n += 4;
+      for (Object[] pair : headerPairs) {
+        n += 1 + 5 + 3L * ((String) pair[0]).length() + 5 + (pair[1] == null ? 0 : ((byte[]) pair[1]).length);
+      }
+    }
+    return n;
+  }
+
+  /** The most lz4 adds to a payload of {@code n} bytes that does not compress (LZ4's bound), plus its size prefix. */
+  static long lz4Growth(long n) {
+    return n / 255 + 16 + 4;
   }
 
   /** Adds a record; {@code headerPairs} are [name (String), value (byte[] or null)] or null. */
   void add(byte[] key, byte[] value, long timestampMs, List<Object[]> headerPairs) {
+    size += recordSize(key, value, headerPairs);
     keys.add(key, count);
     values.add(value, count);
     if (count == timestamps.length) {

@@ -34,6 +34,7 @@ final class RecordSender implements DataWriter<InternalRow> {
   private final SinkSpec spec;
   private final Map<String, Integer> partitionCounts = new HashMap<>();
   private final Map<String, Long> batchLimits = new HashMap<>();
+  private final Map<String, Long> maxMessageBytes = new HashMap<>();
   private final Map<String, Integer> sticky = new HashMap<>();
   private final Map<String, BatchEncoder> open = new HashMap<>();
   private final Map<String, PyActorHandle> leaders = new HashMap<>();
@@ -99,8 +100,25 @@ final class RecordSender implements DataWriter<InternalRow> {
           : Math.floorDiv(row.getLong(spec.timestamp), 1000L);
     }
     List<Object[]> headers = spec.headers < 0 || row.isNullAt(spec.headers) ? null : headers(row);
+    long recordSize = BatchEncoder.recordSize(key, value, headers);
+    long alone = BatchEncoder.EMPTY_SIZE + recordSize;
+    if (alone + (spec.lz4 ? BatchEncoder.lz4Growth(alone) : 0) > maxMessageBytes.get(topic)) {
+      // As Kafka's producer: refused here, before it is sent; what the task sent before stays written.
+      throw new RaylogSparkException("RecordTooLargeError", "a record of " + recordSize + " bytes (key, value and "
+          + "headers) does not fit a batch of topic '" + topic + "', whose max_message_bytes is "
+          + maxMessageBytes.get(topic));
+    }
     String tp = topic + "\u0000" + partition;
-    BatchEncoder batch = open.computeIfAbsent(tp, k -> new BatchEncoder());
+    BatchEncoder batch = open.get(tp);
+    if (batch != null && batch.size() + recordSize > batchLimits.get(topic)) {
+      open.remove(tp);
+      send(topic, partition, batch);  // closed before the record that would take it over the limit
+      batch = null;
+    }
+    if (batch == null) {
+      batch = new BatchEncoder();
+      open.put(tp, batch);
+    }
     batch.add(key, value, timestamp, headers);
     if (batch.size() >= batchLimits.get(topic)) {
       open.remove(tp);
@@ -140,8 +158,11 @@ final class RecordSender implements DataWriter<InternalRow> {
       com.fasterxml.jackson.databind.JsonNode about = RayCalls.planner(spec.namespace, "partition_count", topic);
       n = about.get("partitions").asInt();
       partitionCounts.put(topic, n);
-      // The topic refuses batches over max_message_bytes; lz4 never grows a payload by more than ~1/255.
-      long room = about.get("max_message_bytes").asLong() * 250 / 256 - 4096;
+      // The topic refuses batches over max_message_bytes; size() bounds a batch uncompressed, and
+      // lz4 adds at most lz4Growth to what does not compress.
+      long max = about.get("max_message_bytes").asLong();
+      maxMessageBytes.put(topic, max);
+      long room = spec.lz4 ? max - BatchEncoder.lz4Growth(max) : max;
       batchLimits.put(topic, Math.max(1, Math.min(spec.batchSize, room)));
     }
     return n;
