@@ -86,7 +86,13 @@ def _offsets_option(value: Any, name: str, topics: list[str], cluster) -> dict:
                                      f"{{topic: {{partition: offset}}}}, got {value!r}")
         return {name: {t: {p: value for p in range(cluster.metadata.partition_count(t))} for t in topics}}
     if isinstance(value, Mapping):
-        return {name: {t: dict(ps) for t, ps in value.items()}}
+        given = {t: dict(ps) for t, ps in value.items()}
+        if name == "starting_offsets":
+            # read_kafka starts a partition its dict leaves out at the earliest offset (the Spark
+            # option, which raylog.ranges checks, must name every one).
+            for t in topics:
+                given[t] = {p: -2 for p in range(cluster.metadata.partition_count(t))} | given.get(t, {})
+        return {name: given}
     raise InvalidConfigError(f"{name} must be an offset, 'earliest', 'latest', a datetime or "
                              f"{{topic: {{partition: offset}}}}, got {value!r}")
 

@@ -12,7 +12,8 @@ Semantics, as Spark's (https://spark.apache.org/docs/3.5.7/structured-streaming-
   comma-separated) or ``subscribe_pattern`` (a regular expression matched in full);
 - ``starting_offsets``: "earliest" (default for batch), "latest" (refused for batch: nothing to
   read), or JSON ``{"topic": {"0": 23, "1": -2}}`` where -2 is earliest and -1 latest (-1 refused
-  for batch); partitions the JSON leaves out start at the earliest offset;
+  for batch); the JSON must name every partition read (Spark's Kafka source refuses one that
+  leaves a partition out);
 - ``ending_offsets``: "latest" (default) or JSON with -1 for latest (-2 refused: Spark does too);
   left-out partitions end at the latest offset. "latest" is the high watermark, so a read never
   returns a record that could still disappear;
@@ -151,12 +152,17 @@ def _positive_int(value: Any, name: str) -> int:
     return n
 
 
-def parse_options(options: Mapping[str, Any], batch: bool = True) -> ReadSpec:
-    """Validate Spark-Kafka-style options (snake_case, or Spark's own camelCase names)."""
+def parse_options(options: Mapping[str, Any], batch: bool = True, spark_names: bool = False) -> ReadSpec:
+    """Validate Spark-Kafka-style options (snake_case, or Spark's own camelCase names). With
+    ``spark_names`` (the options came through Spark's reader) errors name the known options as
+    Spark's users type them (startingOffsets), not raylog's Python names."""
+    given = {_snake(k): k for k in options}
     opts = {_snake(k): v for k, v in options.items() if v is not None}
     unknown = sorted(set(opts) - KNOWN_OPTIONS)
     if unknown:
-        raise InvalidConfigError(f"unknown read options: {', '.join(unknown)} (known: {', '.join(sorted(KNOWN_OPTIONS))})")
+        known = sorted(_camel(k) for k in KNOWN_OPTIONS) if spark_names else sorted(KNOWN_OPTIONS)
+        raise InvalidConfigError(f"unknown read options: {', '.join(given[k] for k in unknown)} "
+                                 f"(known: {', '.join(known)})")
     chosen = [k for k in ("assign", "subscribe", "subscribe_pattern") if k in opts]
     if len(chosen) != 1:
         raise InvalidConfigError("give exactly one of assign, subscribe or subscribe_pattern"
@@ -239,6 +245,23 @@ def _snake(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
+def _camel(name: str) -> str:
+    """raylog's snake_case option names as Spark's camelCase ones (starting_offsets: startingOffsets)."""
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+def check_starting_covers(spec: ReadSpec, partitions: list[TopicPartition]) -> None:
+    """Starting offsets given per partition must name every partition the read covers, as Spark's
+    Kafka source requires (-2 says earliest, -1 latest): InvalidConfigError naming those left out."""
+    if isinstance(spec.starting, dict):
+        missing = [tp for tp in partitions if tp not in spec.starting]
+        if missing:
+            names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in missing[:10]) + (" ..." if len(missing) > 10 else "")
+            raise InvalidConfigError(f"starting_offsets gives specific offsets, so it must name every partition the "
+                                     f"read covers (-2 for earliest, -1 for latest); it leaves out {names}")
+
+
 def plan(spec: ReadSpec, partitions: list[TopicPartition], earliest: Mapping[TopicPartition, int],
          latest: Mapping[TopicPartition, int],
          by_timestamp: Mapping[TopicPartition, tuple[int | None, int | None]] | None = None
@@ -250,6 +273,7 @@ def plan(spec: ReadSpec, partitions: list[TopicPartition], earliest: Mapping[Top
     """
     by_timestamp = by_timestamp or {}
     wanted_ts = spec.timestamps_needed(partitions)
+    check_starting_covers(spec, [tp for tp in partitions if tp not in wanted_ts or wanted_ts[tp][0] is None])
     ranges, warnings = [], []
     for tp in partitions:
         low, high = earliest[tp], latest[tp]
@@ -265,7 +289,7 @@ def plan(spec: ReadSpec, partitions: list[TopicPartition], earliest: Mapping[Top
             else:
                 start = found_start
         elif isinstance(spec.starting, dict):
-            start = spec.starting.get(tp, EARLIEST)
+            start = spec.starting[tp]
             start = low if start == EARLIEST else (high if start == LATEST else start)
         else:
             start = low if spec.starting == "earliest" else high

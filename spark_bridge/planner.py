@@ -26,7 +26,7 @@ from raylog import ray_calls
 from raylog.errors import OffsetOutOfRangeError, RaylogError, UnknownTopicOrPartitionError
 from raylog.logs import get_logger
 from raylog.range_reader import plan_read, resolve_partitions
-from raylog.ranges import KNOWN_OPTIONS, EARLIEST, LATEST, ReadSpec, parse_options, plan
+from raylog.ranges import KNOWN_OPTIONS, EARLIEST, LATEST, ReadSpec, check_starting_covers, parse_options, plan
 from raylog.records import TopicPartition
 
 log = get_logger(__name__)
@@ -122,7 +122,7 @@ class SparkPlanner:
     # --- the work ----------------------------------------------------------------------------
 
     def _spec(self, options: dict, batch: bool) -> ReadSpec:
-        return parse_options(canonical_options(options), batch=batch)
+        return parse_options(canonical_options(options), batch=batch, spark_names=True)
 
     def _plan(self, options: dict) -> dict:
         spec = self._spec(options, True)
@@ -146,6 +146,7 @@ class SparkPlanner:
         earliest = self._admin.beginning_offsets(partitions)
         latest = self._admin.end_offsets(partitions)
         stamps = {tp: s for tp, (s, _) in spec.timestamps_needed(partitions).items() if s is not None}
+        check_starting_covers(spec, [tp for tp in partitions if tp not in stamps])
         found = self._admin.list_offsets(stamps) if stamps else {}
         out = {}
         for tp in partitions:
@@ -156,7 +157,7 @@ class SparkPlanner:
                         earliest[tp], latest[tp])
                 out[tp] = latest[tp] if found[tp] is None else found[tp].offset
                 continue
-            start = spec.starting.get(tp, EARLIEST) if isinstance(spec.starting, dict) else \
+            start = spec.starting[tp] if isinstance(spec.starting, dict) else \
                 (EARLIEST if spec.starting == "earliest" else LATEST)
             out[tp] = earliest[tp] if start == EARLIEST else latest[tp] if start == LATEST else start
         return out

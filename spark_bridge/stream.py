@@ -30,7 +30,7 @@ from raylog.cluster import default_cluster
 from raylog.errors import GroupIdNotFoundError, IllegalStateError, InvalidConfigError, KafkaTimeoutError, RaylogError
 from raylog.logs import get_logger
 from raylog.records import OffsetAndMetadata, TopicPartition
-from raylog.ranges import EARLIEST, LATEST, parse_options
+from raylog.ranges import EARLIEST, LATEST, ReadSpec, check_starting_covers, parse_options
 from spark_bridge.launch import spark_of
 from spark_bridge.planner import canonical_options
 from spark_bridge.read import kafka_client_options
@@ -131,8 +131,8 @@ def stream(spark, topic: str | Iterable[str], group_id: str, process: Callable[[
 
 
 def _from_committed(options: dict, committed: dict[TopicPartition, int], topics: list[str], cluster) -> dict:
-    """``options`` starting where the group committed, and elsewhere where they said (a partition
-    the JSON leaves out starts at the earliest offset, as in raylog.ranges)."""
+    """``options`` starting where the group committed, and elsewhere where they said (JSON must
+    then name every partition without a committed offset, as raylog.ranges requires)."""
     starting = options.get("starting_offsets", "latest")
     default = {"earliest": EARLIEST, "latest": LATEST}.get(starting) if isinstance(starting, str) else None
     given = {} if default is not None else parse_options({"subscribe": topics, "starting_offsets": starting},
@@ -141,12 +141,13 @@ def _from_committed(options: dict, committed: dict[TopicPartition, int], topics:
         log.warning("stream: the group has committed offsets; partitions without one start at the latest offset "
                     "(starting timestamps apply to a group with none)")
         default = LATEST
+    partitions = [TopicPartition(name, p) for name in topics for p in range(cluster.metadata.partition_count(name))]
+    if default is None:
+        check_starting_covers(ReadSpec(starting=given), [tp for tp in partitions if tp not in committed])
     out: dict[str, dict[str, int]] = {}
-    for name in topics:
-        for p in range(cluster.metadata.partition_count(name)):
-            tp = TopicPartition(name, p)
-            fallback = given.get(tp, EARLIEST) if default is None else default
-            out.setdefault(name, {})[str(p)] = committed.get(tp, fallback)
+    for tp in partitions:
+        out.setdefault(tp.topic, {})[str(tp.partition)] = committed.get(tp, default if default is not None else
+                                                                          given.get(tp))
     rest = {k: v for k, v in options.items() if k not in _TIMESTAMP_STARTS + ("starting_offsets",)}
     return {**rest, "starting_offsets": json.dumps(out)}
 

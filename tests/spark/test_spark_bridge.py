@@ -83,13 +83,16 @@ def expect(**per_partition) -> set[tuple[int, int]]:
 
 def test_json_offset_ranges_give_exactly_those_rows(spark, numbered):
     t = numbered
-    df = spark_bridge.read(spark, t, starting_offsets=json.dumps({t: {"0": 5, "1": -2}}),
+    df = spark_bridge.read(spark, t, starting_offsets=json.dumps({t: {"0": 5, "1": -2, "2": -2}}),
                            ending_offsets=json.dumps({t: {"0": 12, "2": -1}}))
     assert offsets_of(df) == expect(p0=range(5, 12), p1=range(20), p2=range(20))
     # Spark's own camelCase names, and -1 for latest in the end JSON.
-    df = spark_bridge.read(spark, t, startingOffsets=json.dumps({t: {"2": 18}}),
+    df = spark_bridge.read(spark, t, startingOffsets=json.dumps({t: {"0": -2, "1": -2, "2": 18}}),
                            endingOffsets=json.dumps({t: {"0": 1, "1": 0, "2": -1}}))
     assert offsets_of(df) == expect(p0=range(0, 1), p2=range(18, 20))
+    # Starting JSON must name every partition, as Spark's Kafka source requires.
+    with pytest.raises(InvalidConfigError, match=f"leaves out {t}-0, {t}-1"):
+        spark_bridge.read(spark, t, startingOffsets=json.dumps({t: {"2": 18}})).count()
 
 
 def test_assign_and_subscribe_pattern_choose_partitions_and_topics(spark, numbered):

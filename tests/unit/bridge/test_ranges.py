@@ -26,9 +26,23 @@ def test_default_batch_read_is_earliest_to_latest_and_skips_empty_partitions():
     assert warnings == []
 
 
-def test_json_offsets_with_earliest_and_latest_markers_and_left_out_partitions():
-    got, _ = ranges(starting_offsets='{"t": {"0": 20, "1": -2}}', ending_offsets='{"t": {"0": 30, "2": -1}}')
+def test_json_offsets_with_earliest_and_latest_markers_and_left_out_ending_partitions():
+    got, _ = ranges(starting_offsets='{"t": {"0": 20, "1": -2, "2": -2}}', ending_offsets='{"t": {"0": 30, "2": -1}}')
     assert got == [OffsetRange("t", 0, 20, 30), OffsetRange("t", 1, 10, 50)]
+
+
+def test_starting_json_that_leaves_a_partition_out_is_refused_naming_it():
+    """Finding 10 of issue 32: Spark's Kafka source refuses it; raylog started those partitions at
+    the earliest offset without a word."""
+    with pytest.raises(InvalidConfigError, match="must name every partition .* leaves out t-2$"):
+        ranges(starting_offsets='{"t": {"0": 20, "1": -2}}')
+    with pytest.raises(InvalidConfigError, match="leaves out t-0, t-1, t-2"):
+        ranges(starting_offsets='{"other": {"0": 1}}')
+    got, _ = plan(parse_options({"subscribe": "t", "starting_offsets": '{"t": {"0": 20}}',
+                                 "starting_offsets_by_timestamp": '{"t": {"1": 5, "2": 5}}',
+                                 "starting_offsets_by_timestamp_strategy": "latest"}),
+                  [T0, T1, T2], EARLIEST, LATEST, {T1: (12, None), T2: (None, None)})
+    assert got == [OffsetRange("t", 0, 20, 100), OffsetRange("t", 1, 12, 50)], "timestamps cover the others"
 
 
 def test_camel_case_names_are_spark_s_own():
@@ -91,9 +105,9 @@ def test_a_starting_timestamp_past_every_record_errors_or_starts_at_the_end():
 
 def test_a_start_below_the_log_start_fails_naming_partition_and_both_offsets():
     with pytest.raises(OffsetOutOfRangeError, match="t-1: starting offset 3 is below the log start offset 10") as err:
-        ranges(starting_offsets='{"t": {"1": 3}}')
+        ranges(starting_offsets='{"t": {"0": -2, "1": 3, "2": -2}}')
     assert (err.value.log_start_offset, err.value.log_end_offset) == (10, 50)
-    got, warnings = ranges(starting_offsets='{"t": {"1": 3}}', fail_on_data_loss="false")
+    got, warnings = ranges(starting_offsets='{"t": {"0": -2, "1": 3, "2": -2}}', fail_on_data_loss="false")
     assert OffsetRange("t", 1, 10, 50) in got
     assert warnings == ["t-1: records 3..9 are gone (below the log start offset 10); reading from 10 "
                         "(fail_on_data_loss=False)"]
@@ -103,7 +117,7 @@ def test_an_end_past_the_latest_offset_is_refused():
     with pytest.raises(OffsetOutOfRangeError, match="ending offset 500 is past the latest committed offset 100"):
         ranges(ending_offsets='{"t": {"0": 500}}')
     with pytest.raises(InvalidConfigError, match="starting offset 60 is after ending offset 40"):
-        ranges(starting_offsets='{"t": {"0": 60}}', ending_offsets='{"t": {"0": 40}}')
+        ranges(starting_offsets='{"t": {"0": 60, "1": -2, "2": -2}}', ending_offsets='{"t": {"0": 40}}')
 
 
 def test_min_partitions_splits_large_ranges_in_proportion():

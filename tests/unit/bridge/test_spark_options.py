@@ -33,6 +33,18 @@ def test_a_misspelt_option_is_still_refused_by_name():
         parse_options(canonical_options({"subscribe": "t", "startingoffset": "earliest"}))
 
 
+def test_an_unknown_option_through_spark_lists_the_known_ones_as_spark_users_type_them():
+    """Finding 10 of issue 32: a Spark user who typed startingOffset was shown starting_offsets."""
+    with pytest.raises(InvalidConfigError) as caught:
+        parse_options(canonical_options({"subscribe": "t", "startingOffset": "earliest"}), spark_names=True)
+    message = str(caught.value)
+    assert "unknown read options: startingOffset (known: " in message
+    assert "startingOffsets" in message and "failOnDataLoss" in message and "maxOffsetsPerTrigger" in message
+    assert "_" not in message.split("known: ")[1]
+    with pytest.raises(InvalidConfigError, match="known: .*starting_offsets"):
+        parse_options({"subscribe": "t", "no_such": 1})
+
+
 def test_a_jvm_error_line_becomes_the_raylog_error_it_names():
     text = ("An error occurred while calling o79.count.\n: org.apache.spark.SparkException: Job aborted\n"
             "Caused by: io.raylog.spark.RaylogSparkException: OffsetOutOfRangeError: t-0: offset 3 of the range "
