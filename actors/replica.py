@@ -489,13 +489,16 @@ class PartitionReplica:
             session_s = self.cluster.replica_session_timeout_ms / 1000
             if self._silence_mark[0] is not heartbeat:
                 # What the controller's CPU clock said early in the silence: a controller that used
-                # its share of a CPU since then was working, whatever its threads do at the check.
+                # its share of a CPU since the last look was working, whatever its threads do now.
                 self._silence_mark = (heartbeat, time.monotonic(), process_state.cpu_seconds(self._controller_process))
             if silent_s > session_s:
                 working = await asyncio.to_thread(process_state.is_working, self._controller_process,
                                                   since=self._silence_mark[1:])
                 if heartbeat.done():
                     return  # answered while we looked: not silent after all (the next round reads it)
+                # The next check measures from this one: a controller that hung after a busy spell
+                # stops counting as working one round later, not after its spell averages out.
+                self._silence_mark = (heartbeat, time.monotonic(), process_state.cpu_seconds(self._controller_process))
                 if process_state.should_restart(silent_s, session_s, working):
                     if self._heartbeat is heartbeat:
                         self._heartbeat = None
@@ -540,7 +543,7 @@ class PartitionReplica:
         replica was fenced meanwhile (the role check after it then refuses the request)."""
         if not self._lease_held():
             await self._heartbeat_round(min(self.cluster.request_timeout_ms / 1000,
-                                            self.cluster.replica_session_timeout_ms / 1000))
+                                            self.cluster.replica_session_timeout_ms / 1000), judge_silence=False)
 
     async def _restart_silent_controller(self, silent_s: float) -> None:
         """The controller answered no heartbeat for the session timeout and is not seen working
@@ -1100,14 +1103,16 @@ class PartitionReplica:
             # the heartbeat loop's).
             await self._heartbeat_round(READ_LOCATION_LEASE_WAIT_S, judge_silence=False)
         name = secret = ""
-        if self._channel is not None and not self._deleted:
+        channel = self._channel  # _close_channel may drop it while start() waits
+        if channel is not None and not self._deleted:
             try:
-                await self._channel.start()
-                name, secret = self._channel.name, self._channel.secret.hex()
+                await channel.start()
+                name, secret = channel.name, channel.secret.hex()
             except OSError as exc:
                 logger.warning("%s-%s: no produce channel (%s); producers here use Ray calls",
                                self.topic, self.partition, exc)
-                self._channel = None
+                if self._channel is channel:
+                    self._channel = None
         return [ray.get_runtime_context().get_node_id(), str(self.directory), name, secret]
 
     async def describe(self) -> dict:

@@ -89,8 +89,10 @@ def _offsets_option(value: Any, name: str, topics: list[str], cluster) -> dict:
         given = {t: dict(ps) for t, ps in value.items()}
         if name == "starting_offsets":
             # read_kafka starts a partition its dict leaves out at the earliest offset (the Spark
-            # option, which raylog.ranges checks, must name every one).
+            # option, which raylog.ranges checks, must name every one). Counted afresh: the plan
+            # reloads the partitions, and one added since the cache was filled must be named too.
             for t in topics:
+                cluster.metadata.invalidate(t)
                 given[t] = {p: -2 for p in range(cluster.metadata.partition_count(t))} | given.get(t, {})
         return {name: given}
     raise InvalidConfigError(f"{name} must be an offset, 'earliest', 'latest', a datetime or "

@@ -35,6 +35,8 @@ class Metadata:
         self._timeout_s = timeout_s
         self._lock = threading.Lock()
         self._topics: dict[str, TopicInfo] = {}
+        self._invalidated_at: dict[str, float] = {}
+        """When each topic's cache was last dropped as wrong: an answer asked before then is not cached."""
 
     def topic(self, topic: str, max_age_s: float | None = None,
               create: Callable[[str], None] | None = None) -> TopicInfo:
@@ -67,6 +69,8 @@ class Metadata:
             cached = self._topics.get(topic)
             if cached is not None and cached.loaded_at > loaded_at:
                 return cached
+            if loaded_at < self._invalidated_at.get(topic, 0.0):
+                return info  # asked before the cache was found wrong: not cached, only answered
             self._topics[topic] = info
         return info
 
@@ -100,11 +104,11 @@ class Metadata:
         return self.topic(topic).description.partitions[partition].leader_epoch
 
     def invalidate(self, topic: str | None = None) -> None:
+        now = time.monotonic()
         with self._lock:
-            if topic is None:
-                self._topics.clear()
-            else:
-                self._topics.pop(topic, None)
+            for name in list(self._topics) if topic is None else [topic]:
+                self._topics.pop(name, None)
+                self._invalidated_at[name] = now
 
 
 class LeaderWatch:

@@ -130,7 +130,11 @@ class ProduceChannelServer:
         async with self._starting:
             if self._server is None and not self._closed:
                 self._budget = _ByteBudget(BUFFERED_BYTES_MAX)
-                self._server = await asyncio.start_unix_server(self._serve, path=_address(self.name))
+                server = await asyncio.start_unix_server(self._serve, path=_address(self.name))
+                if self._closed:  # closed while it bound: it must not listen on
+                    server.close()
+                    raise OSError(f"the produce channel {self.name} closed while it started")
+                self._server = server
 
     async def close(self) -> None:
         """Stop listening and drop every connection (their waiting requests fail over)."""

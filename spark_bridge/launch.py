@@ -28,7 +28,7 @@ from pathlib import Path
 
 import ray
 
-from raylog.errors import ClusterNotAvailableError
+from raylog.errors import ClusterNotAvailableError, InvalidConfigError
 from raylog.logs import get_logger
 from spark_bridge.planner import ensure_planner
 
@@ -61,11 +61,12 @@ _current: "Session | None" = None
 
 
 def check_spark_version(version: str) -> None:
-    """ClusterNotAvailableError for a pyspark older than MIN_SPARK, before any JVM starts (the
-    connector would fail later, with a NoClassDefFoundError from deep inside a query)."""
+    """InvalidConfigError (not retriable: this environment never works) for a pyspark older than
+    MIN_SPARK, before any JVM starts (the connector would fail later, with a NoClassDefFoundError
+    from deep inside a query)."""
     found = tuple(int(part) for part in re.findall(r"\d+", version)[:2])
     if found < MIN_SPARK:
-        raise ClusterNotAvailableError(f"the raylog Spark connector needs Spark {'.'.join(map(str, MIN_SPARK))} "
+        raise InvalidConfigError(f"the raylog Spark connector needs Spark {'.'.join(map(str, MIN_SPARK))} "
                                        f"or later; this pyspark is {version}")
 
 

@@ -171,7 +171,8 @@ def _retrying(call: Callable[[], None], backoff_s: float, timeout_s: float, what
         except RaylogError as exc:
             if not exc.retriable:
                 raise
-            if time.monotonic() >= deadline:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 raise KafkaTimeoutError(f"{what} did not succeed within {timeout_s} s: {exc}") from exc
             log.warning("%s: %s; retrying", what, exc)
-            time.sleep(backoff_s)
+            time.sleep(min(backoff_s, left))

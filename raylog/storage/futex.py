@@ -21,6 +21,7 @@ import mmap
 import os
 import platform
 import time
+import weakref
 
 _SYS_FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
 _SYS_FUTEX_WAITV = 449  # the same number on every architecture (a syscall added after the unified table)
@@ -120,20 +121,15 @@ class SharedPage:
         self.closed = False
         self.buffer = (ctypes.c_char * size).from_address(address)
         """The page's bytes for struct.unpack_from (read it, never write: the mapping is read-only)."""
-        # A thread holding the buffer keeps the mapping: it is unmapped only when neither is reachable.
-        self.buffer.owner = self
+        # Unmapped when the buffer goes, not before: a thread still reading it keeps the mapping.
+        weakref.finalize(self.buffer, _munmap, address, size)
 
     def close(self) -> None:
         """Let go of the file. Another thread may be reading the page this moment, so the address
-        stays mapped, to zeros (a page no reader trusts: no lease), until nothing refers to it."""
+        stays mapped, to zeros (a page no reader trusts: no lease), until the buffer is dropped."""
         if not self.closed:
             self.closed = True
             _mmap(self.address, self.size, _PROT_READ, _MAP_ZEROS, -1, 0)
-
-    def __del__(self) -> None:
-        if self.address:
-            _munmap(self.address, self.size)
-            self.address = 0
 
 
 def _fence_function():

@@ -105,6 +105,9 @@ EXCUSED_POLLS = ("kill-coordinator", "pause-coordinator", "kill-member", "pause-
 partition is faulty: members commit after every poll and wait for it (Kafka's commitSync), so a
 coordinator paused or restarting holds the group's polls; a member paused or killed holds its
 partitions until the group's session timeout and a rebalance hand them on, as in a Kafka group."""
+SLOW_STEP_S = 1.0
+"""A member's poll, report (to the ledger) or commit that took this long is listed with the stalls
+it overlaps."""
 SHORT_SCHEDULE = ["pause-busy-leader", "intrude-channels", "kill-leader", "flip-follower-byte", "pause-coordinator",
                   "kill-member", "restart-node", "kill-controller", "fill-disk", "pause-follower", "lose-node",
                   "pause-controller", "reassign"]
@@ -158,19 +161,39 @@ class ChaosMember:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
+            # (step, started ns, took s): what a stall of this member's polls was spent on. In
+            # monotonic ns, the driver's clock too: members run on the driver's host (simulated nodes).
+            steps: list[tuple] = []
             try:
-                chunks = self.consumer.poll_batch(timeout_ms=200)
+                with self._step("poll", steps):
+                    chunks = self.consumer.poll_batch(timeout_ms=200)
                 now_ns = time.monotonic_ns()
                 rows = [("poll", self.session, chunk.partition, chunk.offsets.tolist(), chunk.value_list(), now_ns)
                         for chunk in chunks if len(chunk)]
                 if rows:
-                    self._report(rows)  # processed before committed: a kill after this re-reads, never skips
+                    with self._step("report", steps):
+                        self._report(rows)  # processed before committed: a kill after this re-reads, never skips
                     positions = {tp: self.consumer.position(tp) for tp in self.consumer.assignment()}
-                    self.consumer.commit(positions)
+                    with self._step("commit", steps):
+                        self.consumer.commit(positions)
                     self._report([("commit", GROUP, {tp.partition: o for tp, o in positions.items()})])
             except RaylogError as exc:
                 self.errors.append(f"{type(exc).__name__}: {exc}")
                 time.sleep(0.2)
+            slow = [("slow", self.session, *step) for step in steps if step[2] >= SLOW_STEP_S]
+            if slow:
+                with contextlib.suppress(ray.exceptions.RayError):
+                    self._report(slow)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _step(name: str, steps: list[tuple]):
+        """Times a step into ``steps``, a failed one too (a commit held by a paused coordinator)."""
+        started = time.monotonic_ns()
+        try:
+            yield
+        finally:
+            steps.append((name, started, (time.monotonic_ns() - started) / 1e9))
 
     def pid(self) -> int:
         return os.getpid()
@@ -402,6 +425,8 @@ class Group:
         self._made = 0
         self._lock = threading.Lock()
         self.commits = 0
+        self.slow_steps: list[tuple] = []
+        """(member, step, started ns, seconds) of each member step that took SLOW_STEP_S or more."""
         self.acknowledged: dict[int, int] = {}
         """The highest commit a member saw acknowledged, per partition. Members report a commit after
         it returns (a pause in between delays the report past later commits and observations), so
@@ -507,6 +532,8 @@ class Group:
                 self.history.assigned(row[1], row[2])
             elif kind == "revoked":
                 self.history.revoked(row[1], row[2])
+            elif kind == "slow":
+                self.slow_steps.append(row[1:])
             elif kind == "commit":
                 self.commits += 1
                 for partition, offset in row[2].items():
@@ -889,11 +916,15 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
                    for kind, kinds in (("acks", EXCUSED), ("polls", EXCUSED + EXCUSED_POLLS))}
         excused["polls"] += [(a, b + STALL_FACTOR * session_s) for a, b in work.progress.group_changes]
         stalls = work.progress.stalls(moving, excused, STALL_FACTOR * session_s, producing_until, started)
-        for stall in stalls:  # the faults in force during it or just before (as the run's log stamps them)
+        for stall in (s for s in stalls if "from_s" in s):
+            # The faults in force during it or just before (as the run's log stamps them), and what
+            # the members were slow at meanwhile (a poll, a report, a commit).
             stall["faults"] = [f"{f.kind} {f.target} {f.started - started:.1f}-{(f.ended or f.started) - started:.1f} s"
-                               for f in injector.history if "from_s" in stall
-                               and f.started - started <= stall["to_s"]
+                               for f in injector.history if f.started - started <= stall["to_s"]
                                and (f.ended or f.started) - started + STALL_FACTOR * session_s >= stall["from_s"]]
+            stall["member_steps"] = [f"{member} {step} at {at / 1e9 - started:.1f} s took {took:.1f} s"
+                                     for member, step, at, took in group.slow_steps
+                                     if at / 1e9 - started <= stall["to_s"] and at / 1e9 - started + took >= stall["from_s"]]
         operations = {**history.summary(), "commits": group.commits, "sent_over_same_node_channels":
                       work.local_requests, "stream_restarts": work.stream_restarts}
         errors = {}

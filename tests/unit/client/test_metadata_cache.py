@@ -26,3 +26,14 @@ def test_an_answer_asked_after_the_cached_one_replaces_it():
     md._install("t", answer(leader_epoch=0), loaded_at=10.0)
     md._install("t", answer(leader_epoch=2), loaded_at=30.0)
     assert md.leader_epoch("t", 0) == 2
+
+
+def test_an_answer_asked_before_the_cache_was_dropped_as_wrong_is_not_cached():
+    """invalidate() empties the entry: without a floor, a LeaderWatch answer asked before it found
+    nothing newer cached and put the replaced leader back."""
+    md = Metadata(controller=None, timeout_s=1)
+    md._install("t", answer(leader_epoch=0), loaded_at=10.0)
+    md.invalidate("t")
+    asked_before = md._install("t", answer(leader_epoch=0), loaded_at=10.5)
+    assert asked_before.description.partitions[0].leader_epoch == 0, "the caller still gets its answer"
+    assert "t" not in md._topics, "but the cache stays empty, for a lookup asked after the drop"

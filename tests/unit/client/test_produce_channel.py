@@ -162,6 +162,22 @@ def test_overlapping_starts_listen_once(replica_factory):
     replica.run(server.close())
 
 
+def test_a_close_while_the_channel_starts_leaves_nothing_listening(replica_factory):
+    """The replica's close found no server while start() was still binding one, and the server
+    that came up afterwards listened for a replica that had gone."""
+    replica = replica_factory(lambda *a: None)
+    server = ProduceChannelServer(produce_channel.socket_name(uuid.uuid4().hex[:8], 0, 0, 3), replica.server._produce,
+                                  lambda: MAX_BATCH)
+
+    async def start_and_close():
+        return await asyncio.gather(server.start(), server.close(), return_exceptions=True)
+
+    started, _ = replica.run(start_and_close())
+    assert started is None or isinstance(started, OSError)
+    with pytest.raises(OSError):
+        ProduceChannel(server.name, server.secret, timeout_s=2)
+
+
 def raw_connection(replica: Replica, hello: bytes | None = None) -> socket.socket:
     raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     raw.settimeout(30)

@@ -30,9 +30,10 @@ final class BatchEncoder {
 
   /**
    * encode()'s length, uncompressed, with no record yet: the batch header, the payload's size
-   * prefix, its msgpack header at the longest (5 ints of up to 9 bytes, 8 lengths of up to 5, the
-   * headers array's), the padding of 9 regions to 8 bytes, the two offset arrays' first entries
-   * and the validity bitmaps' last bytes.
+   * prefix, its msgpack header at the longest (69 = a 1-byte array header, 3 ints of up to 9
+   * bytes, an array header and 8 lengths of up to 5; then 5 for the headers array's own header),
+   * the padding of 9 regions to 8 bytes, the two offset arrays' first entries and the validity
+   * bitmaps' last bytes.
    */
   static final long EMPTY_SIZE = BatchDecoder.HEADER_SIZE + 4 + 69 + 5 + 9 * 7 + 8 + 2;
 

@@ -79,6 +79,7 @@ final class RecordSender implements DataWriter<InternalRow> {
         : spec.stringValue ? row.getUTF8String(spec.value).getBytes() : row.getBinary(spec.value);
     int count = partitions(topic);
     int partition;
+    boolean stuck = false;
     if (spec.partition >= 0 && !row.isNullAt(spec.partition)) {
       partition = row.getInt(spec.partition);
       if (partition < 0 || partition >= count) {
@@ -89,6 +90,7 @@ final class RecordSender implements DataWriter<InternalRow> {
       partition = (Murmur2.hash(key) & 0x7fffffff) % count;
     } else {
       partition = sticky.computeIfAbsent(topic, t -> ThreadLocalRandom.current().nextInt(count));
+      stuck = true;
     }
     long timestamp;
     if (spec.timestamp < 0) {
@@ -111,9 +113,21 @@ final class RecordSender implements DataWriter<InternalRow> {
     String tp = topic + "\u0000" + partition;
     BatchEncoder batch = open.get(tp);
     if (batch != null && batch.size() + recordSize > batchLimits.get(topic)) {
+      // Sent without this record: with it, the topic would refuse the batch after the task's
+      // earlier batches landed. A record with no key or partition starts the next sticky batch.
       open.remove(tp);
-      send(topic, partition, batch);  // closed before the record that would take it over the limit
-      batch = null;
+      send(topic, partition, batch);
+      if (stuck) {
+        sticky.remove(topic);
+        partition = sticky.computeIfAbsent(topic, t -> ThreadLocalRandom.current().nextInt(count));
+        tp = topic + "\u0000" + partition;
+      }
+      batch = open.get(tp);
+      if (batch != null && batch.size() + recordSize > batchLimits.get(topic)) {
+        open.remove(tp);
+        send(topic, partition, batch);
+        batch = null;
+      }
     }
     if (batch == null) {
       batch = new BatchEncoder();
