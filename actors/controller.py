@@ -253,7 +253,7 @@ class Controller:
                     self._high_watermarks.pop((record["name"], p), None)
 
     def _report_partitions(self) -> None:
-        """Set every partition's ISR size, under-replicated and offline gauges (those that changed)."""
+        """Set every partition's ISR size, under-replicated and offline gauges (those changed or due again)."""
         for topic in self.state.topics.values():
             for p, part in enumerate(topic.partitions):
                 self.metrics.partition(topic.name, p, len(part["isr"]),
@@ -445,17 +445,25 @@ class Controller:
                     self._seen[key] = now
                 self._coordinator_pings.clear()
             last = now
-            self._fence_silent_replicas(now)
-            self._check_coordinators(now)
             try:
-                died = await self._refresh_nodes()
-            except Exception:  # noqa: BLE001 - the GCS hiccuped: look again next round
-                continue
-            if died:
-                self._nodes_died(died)
-            self._heal()
-            self._report_partitions()
-            self.metrics.nodes(self._node_states())
+                await self._check_nodes(now)
+            except Exception:  # noqa: BLE001 - one bad round must not end fencing and healing for good
+                logger.exception("node check failed; trying again next round")
+
+    async def _check_nodes(self, now: float) -> None:
+        """One round of the node loop: fence silent replicas and coordinators, learn which nodes
+        died or arrived, heal, and set the partition and node gauges."""
+        self._fence_silent_replicas(now)
+        self._check_coordinators(now)
+        try:
+            died = await self._refresh_nodes()
+        except Exception:  # noqa: BLE001 - the GCS hiccuped: look again next round
+            return
+        if died:
+            self._nodes_died(died)
+        self._heal()
+        self._report_partitions()
+        self.metrics.nodes(self._node_states())
 
     # --- liveness: heartbeats and fencing --------------------------------------------------------
 

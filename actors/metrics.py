@@ -10,8 +10,9 @@ and fetch counters gives records/s and bytes/s.
 What each costs the hot paths: produce and fetch update two counters and a histogram once per
 call (one batch, or one fetch of several MB), never per record; gauges are set on timers (a
 replica's heartbeat, every replica_heartbeat_interval_ms; the controller's node check, every
-node_check_interval_ms; a coordinator's GROUP_METRICS_INTERVAL_S), and the controller's only
-when a value changed. bench/client_bench.py measured the produce path with and without them
+node_check_interval_ms; a coordinator's GROUP_METRICS_INTERVAL_S), and the controller's when a
+value changed or gauge_refresh_s() passed: Ray (2.60) drops a gauge series not set again within
+two report intervals. bench/client_bench.py measured the produce path with and without them
 (docs/metrics.md).
 
 Metrics are declared on first use in each process (``declared()``), so importing this module
@@ -21,7 +22,10 @@ Metrics are declared on first use in each process (``declared()``), so importing
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
+
+import ray
 
 from raylog.storage.batch import HEADER_SIZE, RecordBatch, peek_length
 
@@ -40,6 +44,17 @@ bench's "before"; a switch for anyone who wants none)."""
 GROUP_METRICS_INTERVAL_S = 5.0
 """How often a group coordinator sets its groups' member and lag gauges. The log end offsets it
 subtracts from reach the controller with replica heartbeats (every 2 s by default)."""
+
+
+def gauge_refresh_s() -> float:
+    """How often the controller sets an unchanged gauge again: half Ray's report interval (which
+    Ray floors at 1 s; 10 s by default). Ray's metrics agent forgets a series not set within two
+    intervals: a partition's isr_size vanished from the endpoint some 20 s after it was last set."""
+    try:
+        interval_ms = ray._config.metrics_report_interval_ms()
+    except AttributeError:  # a Ray without this (private) accessor: its default
+        interval_ms = 10_000
+    return max(interval_ms, 1000) / 2000
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,7 +227,7 @@ class ReplicaMetrics:
 
 class ControllerMetrics:
     """The controller's recorder: events and elections as they are committed, partition gauges
-    on its node check (set only when they change)."""
+    on its node check (set when they change, and again every gauge_refresh_s())."""
 
     def __init__(self) -> None:
         if not enabled():
@@ -220,6 +235,7 @@ class ControllerMetrics:
             return
         self._m = declared()
         self._last: dict[tuple, tuple] = {}
+        self._refresh_s = gauge_refresh_s()
 
     def event(self, kind: str, count: int = 1) -> None:
         self._m.controller_events.inc(count, {"event": kind})
@@ -227,11 +243,18 @@ class ControllerMetrics:
     def election(self, topic: str, partition: int) -> None:
         self._m.leader_elections.inc(1, {"topic": topic, "partition": str(partition)})
 
+    def _changed(self, key: tuple, value: tuple | int) -> bool:
+        """Whether a gauge must be set now: its value changed, or it is due again."""
+        now = time.monotonic()
+        last = self._last.get(key)
+        if last is not None and last[0] == value and now - last[1] < self._refresh_s:
+            return False
+        self._last[key] = (value, now)
+        return True
+
     def partition(self, topic: str, partition: int, isr_size: int, under_replicated: bool, offline: bool) -> None:
-        key, value = (topic, partition), (isr_size, under_replicated, offline)
-        if self._last.get(key) == value:
+        if not self._changed((topic, partition), (isr_size, under_replicated, offline)):
             return
-        self._last[key] = value
         tags = {"topic": topic, "partition": str(partition)}
         self._m.isr_size.set(isr_size, tags)
         self._m.under_replicated.set(int(under_replicated), tags)
@@ -240,12 +263,11 @@ class ControllerMetrics:
     def nodes(self, by_state: dict[str, int]) -> None:
         for state in ("alive", "registered", "missing"):
             value = by_state.get(state, 0)
-            if self._last.get(("nodes", state)) != value:
-                self._last[("nodes", state)] = value
+            if self._changed(("nodes", state), value):
                 self._m.nodes.set(value, {"state": state})
 
     def forget(self, topic: str, partition: int) -> None:
-        """A deleted partition: its gauges go to 0 (Ray keeps exporting a gauge's last value)."""
+        """A deleted partition: its gauges go to 0 (Ray exports a gauge's last value until it ages out)."""
         if self._last.pop((topic, partition), None) is not None:
             tags = {"topic": topic, "partition": str(partition)}
             self._m.isr_size.set(0, tags)

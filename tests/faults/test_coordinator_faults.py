@@ -133,9 +133,12 @@ def test_a_commit_after_the_offsets_partition_leader_moved_succeeds_on_a_retry_n
 
     wait_for(lambda: len(state().isr) == 3, timeout_s=120)  # an earlier test's paused followers caught up
     before = state()
-    leader = next(r for r in offsets_replicas(sim, group) if r.get("role") == "leader")
+    # The controller's leader, not a replica that calls itself one (a deposed leader does until it
+    # hears otherwise): killing that one moves nothing.
+    leader = next(r for r in offsets_replicas(sim, group) if r.get("replica_id") == before.leader.replica_id)
     os.kill(leader["pid"], signal.SIGKILL)
-    wait_for(lambda: state().leader is not None and state().leader_epoch > before.leader_epoch, timeout_s=60)
+    wait_for(lambda: state().leader is not None and state().leader_epoch > before.leader_epoch,
+             timeout_s=60, describe=lambda: (before, state(), offsets_replicas(sim, group)))
     # Before the fix every attempt was fenced until request_timeout_ms and the commit failed (the
     # client does not retry a commit): succeeding at all is the evidence, however slow the machine.
     commit(consumer, sim, 2)

@@ -1,10 +1,13 @@
 """raylog's metrics reach Ray's metrics endpoint (issue: operations).
 
 A local Ray started by raylog.connect with its dashboard on (as users get it; the rest of the
-suite turns it off), its metrics reported every second instead of every 10. The test produces,
-kills a partition's only replica (an offline partition, then an election when Ray restarts it),
-consumes and commits in a group, then reads the Prometheus text of every node's metrics agent
-until each metric in actors/metrics.py is there with its tags and values that fit what was done.
+suite turns it off), its metrics reported every 2 s instead of every 10: Ray forgets a gauge not
+set again within two report intervals, and replicas set theirs on their 2 s heartbeat. The test
+produces, kills a partition's only replica (an offline partition, then an election when Ray
+restarts it), consumes and commits in a group, then reads the Prometheus text of every node's
+metrics agent until each metric in actors/metrics.py is there with its tags and values that fit
+what was done. Partition 0's ISR never changes after it is created: its gauge is still there
+(the controller sets it again; before, it vanished a few seconds after it was set).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import time
 import urllib.request
 
 import pytest
@@ -28,6 +32,7 @@ GROUP = "metered-readers"
 RECORDS = 3000
 AFTER_COMMIT = 120
 EXPORT_TIMEOUT_S = 90
+UNCHANGED_FOR_S = 30
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
@@ -37,7 +42,7 @@ def cluster(tmp_path_factory):
 
     c = raylog.connect("local", data_root=str(tmp_path_factory.mktemp("metrics-data")), num_cpus=2,
                        object_store_memory=300 * 1024 * 1024, include_dashboard=True,
-                       _system_config={"metrics_report_interval_ms": 1000})
+                       _system_config={"metrics_report_interval_ms": 2000})
     yield c
     ray.shutdown()
 
@@ -78,6 +83,7 @@ def gauge(samples, name: str, **tags) -> float:
 def test_every_metric_is_exported_with_its_tags(cluster):
     admin = cluster.admin()
     admin.create_topic(TOPIC, 2)
+    created = time.monotonic()
     # Partition 1's only replica dies: offline until Ray restarts it, then elected again. (Before
     # anything is produced: a dead process's counters leave the endpoint with it.)
     victim = admin.describe_partitions(TOPIC)[1]
@@ -127,6 +133,8 @@ def test_every_metric_is_exported_with_its_tags(cluster):
                 return None
             if total(s, "raylog_produce_records_total", topic=TOPIC) < RECORDS + AFTER_COMMIT:
                 return None
+            if any(gauge(s, "raylog_isr_size", topic=TOPIC, partition=p) != 1 for p in "01"):
+                return None
             return s
 
         s = wait_for(complete, timeout_s=EXPORT_TIMEOUT_S, interval_s=1,
@@ -157,4 +165,9 @@ def test_every_metric_is_exported_with_its_tags(cluster):
     assert total(s, "raylog_controller_events_total", event="replica_died") >= 1
     assert total(s, "raylog_controller_events_total", event="topic_created") >= 1
     assert gauge(s, "raylog_group_members", group=GROUP) == 1
+    # Partition 0's ISR was last set when it was created: long past two report intervals, the
+    # endpoint still has it (before, Ray aged it out, and a dashboard showed no ISR at all).
+    wait_for(lambda: time.monotonic() - created > UNCHANGED_FOR_S
+             and gauge(scrape(), "raylog_isr_size", topic=TOPIC, partition="0") == 1,
+             timeout_s=UNCHANGED_FOR_S + EXPORT_TIMEOUT_S, interval_s=1)
     assert total(s, "raylog_group_rebalances_total", group=GROUP) >= 1
