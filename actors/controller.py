@@ -615,7 +615,22 @@ class Controller:
     async def _attach(self, key: tuple, timeout_s: float | None = None) -> dict:
         handle = self.handles[key]
         ref = handle.attach.remote()
-        return await (asyncio.wait_for(ref, timeout_s) if timeout_s else ref)
+        status = await (asyncio.wait_for(ref, timeout_s) if timeout_s else ref)
+        if isinstance(status, dict) and status.get("lost_committed"):
+            self._lost_committed(key)
+        return status
+
+    def _lost_committed(self, key: tuple) -> None:
+        """A replica opened its log below the high watermark it had checkpointed: it leaves the ISR
+        and the ELR before anyone is elected, so a member that still holds those records leads."""
+        found = self._locate(key)
+        if found is None:
+            return
+        topic, p = found
+        records, _ = self.state.replica_lost_committed(topic.name, p, key[2])
+        if records:
+            self._commit(records, "lost_committed_records")
+            self._push(topic, p)
 
     def _mark_alive(self, key: tuple) -> None:
         self.alive.add(key)
@@ -1197,6 +1212,12 @@ class Controller:
                     handle = ray.get_actor(name, namespace=self.namespace)
                 except ValueError:
                     handle = None
+                if self.state.directory_taken(topic_id, p, replica):
+                    # Its delete_data would remove the live replica's files: it only goes away.
+                    if handle is not None:
+                        ray.kill(handle, no_restart=True)
+                    self._commit(self.state.replica_deleted(topic_id, p, rid))
+                    return
                 if handle is not None:
                     await self._delete_replica(handle)
                 try:

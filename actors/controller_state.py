@@ -288,6 +288,16 @@ class ControllerState:
             return []
         return [{"type": "replica_deleted", "topic_id": topic_id, "partition": partition, "replica_id": replica_id}]
 
+    def directory_taken(self, topic_id: str, partition: int, replica: dict) -> bool:
+        """Whether a current replica of the partition uses the directory a removed ``replica`` had on
+        its node (a reassignment moved the partition back there before the removed one's files were
+        deleted): the files are that replica's now, never the removed one's to delete."""
+        topic = next((t for t in self.topics.values() if t.topic_id == topic_id), None)
+        if topic is None or not 0 <= partition < len(topic.partitions):
+            return False
+        return any(r["node_id"] == replica["node_id"] and r["directory"] == replica["directory"]
+                   for r in topic.partitions[partition]["replicas"])
+
     # --- partitions -------------------------------------------------------------------------
 
     def partition(self, name: str, partition: int) -> dict:
@@ -449,6 +459,24 @@ class ControllerState:
         state["partition_epoch"] += 1
         state["isr"] = [r for r in state["isr"] if r != replica_id]
         state["elr"] = [r for r in state.get("elr", []) if r != replica_id]
+        return [self._changed(name, partition, state)], state
+
+    def replica_lost_committed(self, name: str, partition: int, replica_id: int) -> tuple[list[dict], dict | None]:
+        """A replica's log, as it reopened, ends below the high watermark it had checkpointed: its disk
+        lost records that were committed. It leaves the ISR and the ELR (it copies them again as a
+        follower, and its leader adds it back) when another member of either may still hold them;
+        the only one left stays, since no other copy can exist (RF=1, or every other copy gone)."""
+        part = self.partition(name, partition)
+        pools = set(part["isr"]) | set(part.get("elr", []))
+        if replica_id not in pools or not pools - {replica_id}:
+            return [], None
+        state = copy.deepcopy(part)
+        state["isr"] = [r for r in state["isr"] if r != replica_id]
+        state["elr"] = [r for r in state.get("elr", []) if r != replica_id]
+        if state["leader"] == replica_id:
+            state["leader"] = NO_LEADER
+            state["leader_epoch"] += 1
+        state["partition_epoch"] += 1
         return [self._changed(name, partition, state)], state
 
     def replicas_lost(self, name: str, partition: int, lost: set[int], alive: Callable[[int], bool],

@@ -156,6 +156,13 @@ class PartitionReplica:
         self.snapshots = ProducerStateManager(self.log.directory)
         self.producers: ProducerStateTable = self.snapshots.load(self.log)
         hw = files.read_checkpoint(self.log.directory / files.HIGH_WATERMARK_FILE)
+        self._checkpointed_hw_lost = hw if hw is not None and hw > self.log.log_end_offset else None
+        """The high watermark this replica had checkpointed, when its log as opened ends below it:
+        records it knew were committed are gone from its disk. Until it has copied them again it is
+        not in sync, and the controller must not elect it (status() says so)."""
+        if self._checkpointed_hw_lost is not None:
+            log_event(logger, "replica_lost_committed_records", logging.WARNING, topic=topic, partition=partition,
+                      replica=replica_id, log_end_offset=self.log.log_end_offset, high_watermark=hw)
         self.state = ReplicaState(replica_id, self.log.log_start_offset, self.log.log_end_offset,
                                   hw if hw is not None else self.log.log_start_offset, wall_clock_ms)
         self.state.min_insync_replicas = self.config.min_insync_replicas
@@ -443,7 +450,16 @@ class PartitionReplica:
             "latest_epoch": self.epochs.latest_epoch(), "replication": dict(self.replication_stats),
             "lease_ms_left": max(0, int((self._lease_until - time.monotonic()) * 1000)),
             "follower_error": self._follower_error, "config_version": self._config_version,
+            "lost_committed": self._lost_committed(),
         }
+
+    def _lost_committed(self) -> bool:
+        """Whether this replica's log still ends below the high watermark it checkpointed before it
+        opened (its disk lost committed records and it has not copied them back yet)."""
+        lost = self._checkpointed_hw_lost
+        if lost is not None and self.log.log_end_offset >= lost:
+            self._checkpointed_hw_lost = lost = None
+        return lost is not None
 
     # --- liveness: heartbeats, the lease, a silent controller --------------------------------
 

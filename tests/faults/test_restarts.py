@@ -28,6 +28,7 @@ import ray
 import raylog
 from raylog.errors import ControllerNotAvailableError, KafkaTimeoutError, LeaderNotAvailableError
 from raylog.records import OffsetAndMetadata, TopicPartition
+from raylog.storage import files
 from tests.integration.conftest import wait_for
 from tests.support.cluster import kill_cluster_processes, simulated_cluster
 from tests.support.event_log import logged
@@ -202,6 +203,51 @@ def test_a_node_restarted_with_its_disk_recovers_in_place_and_copies_only_what_i
         assert view["log_end_offset"] == 22_000 and view["ray_node_id"] == back
         assert 0 < copied <= grown < size_before / 5, (copied, grown, size_before)
         producer.close()
+
+
+def test_a_replica_whose_disk_lost_committed_records_is_not_elected_before_a_copy_that_holds_them(tmp_path):
+    """Issue 30, from a chaos run: after a whole-cluster restart the first in-sync replica back was
+    elected with a log its recovery had cut far below the high watermark (a hole in its segment),
+    and the other replicas truncated 256,285 acknowledged records to it. Here the cut is made by
+    hand while every process is down: the damaged replica comes back first, says it lost records
+    it had checkpointed as committed, leaves the ISR, and the partition waits for the other copy."""
+    topic = "damaged"
+    count = 5000
+    with simulated_cluster(str(tmp_path), workers=2, cluster_config=SIM_CONFIG) as sim:
+        admin = sim.cluster.admin()
+        admin.create_topic(topic, 1, replication_factor=2)
+        producer = sim.cluster.producer(acks="all", compression_type="none")
+        values = [b"v%06d" % i for i in range(count)]
+        producer.send_batch(topic, values, partition=0).wait(timeout=120)
+        producer.close()
+        views = admin.describe_replicas(topic, 0)
+        wait_for(lambda: all(files.read_checkpoint(Path(v["directory"]) / files.HIGH_WATERMARK_FILE) == count
+                             for v in views), timeout_s=60)
+        head = sim.head_id()
+        # The head comes back first: damage its replica if it has one, else either worker's.
+        damaged = next((v for v in views if v["ray_node_id"] == head), views[0])
+        other = next(v for v in views if v is not damaged)
+        first = [] if damaged["ray_node_id"] == head else [sim.data_dirs[damaged["ray_node_id"]]]
+        other_dir = sim.data_dirs[other["ray_node_id"]]
+
+        kill_cluster_processes()
+        segment = Path(damaged["directory"]) / "00000000000000000000.log"
+        with open(segment, "rb+") as f:
+            data_end = os.lseek(f.fileno(), 0, os.SEEK_HOLE)
+            f.truncate(data_end // 3)
+        sim.restart_all(first, SIM_CONFIG)
+        sim.cluster.admin().describe_cluster()  # a client's first request: the controller starts
+        wait_for(lambda: logged("replica_lost_committed_records", topic=topic, replica=str(damaged["replica_id"])),
+                 timeout_s=120)
+        wait_for(lambda: logged("isr_shrink", topic=topic, reason="lost_committed_records"), timeout_s=60)
+        assert sim.cluster.admin().describe_topics([topic])[0].partitions[0].leader is None, \
+            "the damaged replica must not lead while the other copy may return"
+
+        sim.add(other_dir)
+        wait_for(lambda: fully_in_sync(sim.cluster, topic, 2), timeout_s=120)
+        leader = sim.cluster.admin().describe_topics([topic])[0].partitions[0].leader
+        assert leader.replica_id == other["replica_id"]
+        assert [v for _, _, v in log_of(sim.cluster, topic)[0]] == values
 
 
 def test_a_node_that_never_returns_has_its_replicas_recreated_after_node_lost_timeout(tmp_path):

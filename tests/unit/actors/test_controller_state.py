@@ -145,6 +145,22 @@ def test_a_reassignment_adds_the_new_replicas_and_drops_the_old_ones_once_they_a
     assert part["isr"] == [0, 1, 3] and part["adding"] == part["removing"] == []
 
 
+def test_a_removed_replicas_directory_is_not_its_to_delete_once_the_partition_is_back_on_that_node():
+    """Directories are per node and partition, not per replica: a deletion still pending when a
+    reassignment brought the partition back to the node would remove the new replica's live files."""
+    state = ControllerState()
+    apply(state, state.create_topic("t", 1, 3, {}, "id", place))
+    removed = state.partition("t", 0)["replicas"][2]
+    _, part = apply(state, state.reassign("t", 0, [0, 1, 3]))
+    apply(state, state.alter_isr("t", 0, 0, 0, part["partition_epoch"], [0, 1, 2, 3], everyone))
+    apply(state, (state.replica_removal_pending("t", 0, removed), None))  # its node was down
+    (key, removed), = state.pending_deletions.items()
+    assert removed["node_id"] == 2 and not state.directory_taken(key[0], key[1], removed)
+    _, part = apply(state, state.reassign("t", 0, [0, 1, 2]))
+    assert state.directory_taken(key[0], key[1], removed)
+    assert not state.directory_taken(key[0], key[1], {**removed, "node_id": 5})
+
+
 def test_deleting_a_topic_remembers_the_replicas_that_could_not_delete_their_files():
     state = ControllerState()
     apply(state, state.create_topic("t", 2, 2, {}, "tid", place))
@@ -319,3 +335,25 @@ def test_a_leader_with_a_corrupt_batch_hands_over_to_an_in_sync_replica_and_leav
     alone = ControllerState()
     apply(alone, alone.create_topic("t", 1, 1, {}, "id", place))
     assert alone.replica_corrupt("t", 0, 0, 0, 0, everyone) == ([], None), "no one else holds the records"
+
+
+def test_a_replica_that_reopened_below_its_checkpointed_high_watermark_is_not_elected_while_another_copy_may_return():
+    """Issue 30 (chaos finding): after a whole-cluster restart the first ISR member back led with a
+    log its disk had cut below the high watermark, and the others truncated committed records to
+    it. Such a replica leaves the ISR and the ELR; a member that may hold the records leads."""
+    state = rf3()
+    _, part = apply(state, state.replicas_lost("t", 0, {0, 1, 2}, lambda r: False, False))
+    assert part["leader"] == NO_LEADER and part["isr"]
+    pools = set(part["isr"]) | set(part["elr"])
+    damaged = sorted(pools)[0]
+    _, part = apply(state, state.replica_lost_committed("t", 0, damaged))
+    assert damaged not in part["isr"] and damaged not in part["elr"]
+    apply(state, state.elect_leader("t", 0, lambda r: r == damaged, False))
+    assert state.partition("t", 0)["leader"] == NO_LEADER, "nobody else is back: offline"
+    _, part = apply(state, state.elect_leader("t", 0, lambda r: True, False))
+    assert part["leader"] in pools - {damaged}
+    assert state.replica_lost_committed("t", 0, damaged) == ([], None), "already out of sync: no change"
+    alone = ControllerState()
+    apply(alone, alone.create_topic("t", 1, 1, {}, "id", place))
+    assert alone.replica_lost_committed("t", 0, 0) == ([], None), "the only copy stays eligible"
+
