@@ -1350,7 +1350,7 @@ class Controller:
                                        tuple(part["isr"]), part["partition_epoch"],
                                        "" if leader is not None else self._offline_reason(topic, p)))
         return TopicDescription(topic.name, tuple(parts), dict(topic.config), internal=topic.name in INTERNAL_TOPICS,
-                                topic_id=topic.topic_id)
+                                topic_id=topic.topic_id, ever_compacted=topic.ever_compacted)
 
     def _offline_reason(self, topic: TopicState, p: int) -> str:
         part = topic.partitions[p]

@@ -85,6 +85,9 @@ class TopicState:
     """The config fields this topic sets; the others are defaults (topic_configs.describe)."""
     config_version: int = 0
     """How many alterations the config had: replicas keep the newest version they were told."""
+    ever_compacted: bool = False
+    """Whether its cleanup policy ever included compact: its logs may have offset gaps even after
+    the policy went back to delete (COUNT(*) from offsets would count records that are gone)."""
 
 
 def _partition(placement: list[int], name: str, topic_id: str, index: int) -> dict:
@@ -93,6 +96,10 @@ def _partition(placement: list[int], name: str, topic_id: str, index: int) -> di
     ids = [r["replica_id"] for r in replicas]
     return {"replicas": replicas, "leader": ids[0], "leader_epoch": 0, "partition_epoch": 0, "isr": ids,
             "elr": [], "adding": [], "removing": []}
+
+
+def _compacts(config: dict) -> bool:
+    return config.get("cleanup_policy") == "compact"
 
 
 def replica_ids(partition: dict) -> list[int]:
@@ -540,12 +547,14 @@ class ControllerState:
             if overrides is None:
                 overrides = topic_configs.overrides_of(record["config"], topic_configs.replication_factor_of(partitions))
             self.topics[record["name"]] = TopicState(record["name"], record["topic_id"], record["config"],
-                                                     partitions, list(overrides))
+                                                     partitions, list(overrides),
+                                                     ever_compacted=_compacts(record["config"]))
         elif kind == "topic_config_altered":
             topic = self.topics[record["name"]]
             topic.config = dict(record["config"])
             topic.overrides = list(record["overrides"])
             topic.config_version += 1
+            topic.ever_compacted = topic.ever_compacted or _compacts(topic.config)
         elif kind == "partitions_added":
             self.topics[record["name"]].partitions.extend(dict(p) for p in record["partitions"])
         elif kind == "partition_changed":

@@ -68,7 +68,7 @@ from raylog.errors import (
 from raylog.logs import configure_actor_logging, get_logger, log_event
 from raylog.naming import CONTROLLER_ACTOR_NAME
 from raylog import produce_channel
-from raylog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from raylog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ErrorReply, FetchBytesReply, ProduceBytesReply
 from raylog.storage import files
 from raylog.storage.dir_lock import DirectoryLock
 from raylog.storage.batch import HEADER_SIZE, NO_PRODUCER_ID, RecordBatch, iter_batches
@@ -977,7 +977,9 @@ class PartitionReplica:
         replica_id = args.integer("replica_id", replica_id, -1, args.INT32_MAX)
         leader_epoch = args.integer("leader_epoch", leader_epoch, -1, args.INT32_MAX)
         self._ensure_started()
-        self._check_leader(leader_epoch if replica_id >= 0 else None)
+        # A consumer that names the leader epoch it looked up (KIP-320) is fenced like a follower: a
+        # deposed leader that has not heard yet must not answer for the partition's log end.
+        self._check_leader(leader_epoch)
         follower = replica_id >= 0
         if follower and (replica_id not in self.state.replicas or replica_id == self.replica_id):
             raise InvalidRequestError(f"replica {replica_id} is not a follower of {self.topic}-{self.partition} "
@@ -1050,41 +1052,46 @@ class PartitionReplica:
     # CrossLanguageException carrying only text. So these answer lists, with a raylog error as
     # [class name, message, retriable, log start, log end] in the last slot ([] when none).
 
-    async def fetch_bytes(self, offset: int, max_bytes: int, max_wait_ms: int = 0) -> list:
+    async def fetch_bytes(self, offset: int, max_bytes: int, max_wait_ms: int = 0, leader_epoch: int = -1) -> list:
         """``fetch`` for a consumer in another language: [batch bytes, high watermark, log start,
-        log end, error]."""
+        log end, error]; with ``leader_epoch`` (>= 0) only a leader at that epoch answers."""
         try:
-            data, hw, log_start, log_end = await self._fetch(offset, max_bytes, max_wait_ms, 1, -1, -1)
+            data, hw, log_start, log_end = await self._fetch(offset, max_bytes, max_wait_ms, 1, -1, leader_epoch)
         except RaylogError as exc:
-            return [b"", -1, -1, -1, _error_fields(exc)]
-        return [data, hw, log_start, log_end, []]
+            return list(FetchBytesReply(b"", -1, -1, -1, _error_fields(exc)))
+        return list(FetchBytesReply(data, hw, log_start, log_end, []))
 
     async def produce_bytes(self, records: bytes, acks: int = -1, timeout_ms: int = ACKS_ALL_TIMEOUT_MS) -> list:
         """``produce`` of one batch for a producer in another language: [base offset, error]."""
         try:
             response = await self.produce(records, acks, None, timeout_ms)
         except RaylogError as exc:
-            return [-1, _error_fields(exc)]
-        return [response[0], []]
+            return list(ProduceBytesReply(-1, _error_fields(exc)))
+        return list(ProduceBytesReply(response[0], []))
 
-    async def list_offsets(self, timestamp: int) -> tuple[int, int]:
-        """(offset, timestamp) for EARLIEST_TIMESTAMP, LATEST_TIMESTAMP or a time in ms;
-        (-1, -1) when no record is that recent."""
+    async def list_offsets(self, timestamp: int) -> tuple[int, int, int]:
+        """(offset, timestamp, leader epoch) for EARLIEST_TIMESTAMP, LATEST_TIMESTAMP or a time in ms;
+        (-1, -1, -1) when no record is that recent. The epoch is that of the record before the offset
+        (Kafka's ListOffsets leaderEpoch): a reader that got there checks with it, through
+        end_offset_for_epoch, that the log it reads on in did not diverge since."""
         timestamp = args.integer("timestamp", timestamp, EARLIEST_TIMESTAMP)
         self._ensure_started()
         self._check_leader(None)
         if timestamp == EARLIEST_TIMESTAMP:
-            return self.log.log_start_offset, -1
-        if timestamp == LATEST_TIMESTAMP:
+            offset, found_ts = self.log.log_start_offset, -1
+        elif timestamp == LATEST_TIMESTAMP:
             if self.state.high_watermark < self.state.epoch_start_offset:
                 raise OffsetNotAvailableError(
                     f"{self.topic}-{self.partition}: the new leader's high watermark {self.state.high_watermark} is "
                     f"below the start of its epoch {self.state.epoch_start_offset}; its followers have not fetched yet")
-            return self.state.high_watermark, -1
-        found = self.log.offset_for_timestamp(timestamp)
-        if found is None or found[0] >= self.state.high_watermark:
-            return -1, -1
-        return found
+            offset, found_ts = self.state.high_watermark, -1
+        else:
+            found = self.log.offset_for_timestamp(timestamp)
+            if found is None or found[0] >= self.state.high_watermark:
+                return -1, -1, -1
+            offset, found_ts = found
+        before = offset - 1
+        return offset, found_ts, (self.epochs.epoch_of(before) if before >= self.log.log_start_offset else -1)
 
     async def delete_records(self, offset: int) -> int:
         """Move the log start offset up to ``offset`` (at most the high watermark)."""
@@ -1183,8 +1190,8 @@ class PartitionReplica:
 
 
 def _error_fields(exc: RaylogError) -> list:
-    return [type(exc).__name__, str(exc), int(exc.retriable), int(getattr(exc, "log_start_offset", -1)),
-            int(getattr(exc, "log_end_offset", -1))]
+    return list(ErrorReply(type(exc).__name__, str(exc), int(exc.retriable), int(getattr(exc, "log_start_offset", -1)),
+                           int(getattr(exc, "log_end_offset", -1))))
 
 
 def _checked_state(st) -> dict:

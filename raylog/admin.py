@@ -423,7 +423,7 @@ class AdminClient:
         results = ray_calls.with_retries(
             lambda: self._call([md.leader(tp.topic, tp.partition).list_offsets.remote(requests[tp]) for tp in tps]),
             self._timeout_s, on_retry=lambda: [md.invalidate(t) for t in {tp.topic for tp in tps}])
-        return {tp: (None if off < 0 else OffsetAndTimestamp(off, ts)) for tp, (off, ts) in zip(tps, results)}
+        return {tp: (None if off < 0 else OffsetAndTimestamp(off, ts, epoch)) for tp, (off, ts, epoch) in zip(tps, results)}
 
     def beginning_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         return {tp: r.offset for tp, r in self.list_offsets({tp: EARLIEST_TIMESTAMP for tp in tps}).items()}

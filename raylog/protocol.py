@@ -38,6 +38,37 @@ class FetchResponse(NamedTuple):
     log_end_offset: int
 
 
+# --- replies to another language (the Spark connector's JVM) --------------------------------------
+# Ray's Java API receives lists, not named values: a replica answers ``list(Reply(...))`` and the
+# JVM reads each field at the position these names give. spark_bridge's RayCalls.java declares
+# the same names in the same order (tests/unit/bridge/test_cross_language_replies.py checks it).
+
+
+class ErrorReply(NamedTuple):
+    """A raylog error as the JVM gets it ([] when there was none)."""
+
+    error_class: str
+    message: str
+    retriable: int
+    log_start: int
+    log_end: int
+
+
+class FetchBytesReply(NamedTuple):
+    records: bytes
+    high_watermark: int
+    log_start: int
+    log_end: int
+    error: list
+    """An ErrorReply's fields, or []."""
+
+
+class ProduceBytesReply(NamedTuple):
+    base_offset: int
+    error: list
+    """An ErrorReply's fields, or []."""
+
+
 @dataclass(frozen=True, slots=True)
 class ReplicaAssignment:
     """One replica of a partition: the node it lives on and its directory there."""
@@ -83,3 +114,5 @@ class TopicDescription:
     config: dict = field(default_factory=dict)
     internal: bool = False
     topic_id: str = ""
+    ever_compacted: bool = False
+    """Its cleanup policy included compact at some time: its offsets can have gaps."""

@@ -57,12 +57,16 @@ def plan_read(cluster, spec: ReadSpec) -> tuple[list[OffsetRange], list[str]]:
     return plan(spec, partitions, earliest, latest, by_timestamp)
 
 
-def resolve_partitions(cluster, spec: ReadSpec) -> list[TopicPartition]:
-    """The partitions ``spec`` names now (partition counts read afresh: ones added since count)."""
+def resolve_partitions(cluster, spec: ReadSpec, missing_ok: bool = False) -> list[TopicPartition]:
+    """The partitions ``spec`` names now (partition counts read afresh: ones added since count).
+    A topic named that does not exist is UnknownTopicOrPartitionError, or, with ``missing_ok`` (a
+    running stream, which reports the partitions it loses), left out."""
     existing = cluster.admin().list_topics()
     partitions = []
     for topic in spec.select_topics(existing):
         if topic not in existing:
+            if missing_ok:
+                continue
             raise UnknownTopicOrPartitionError(f"cannot read topic {topic!r}: it does not exist")
         cluster.metadata.invalidate(topic)
         count = cluster.metadata.partition_count(topic)

@@ -47,8 +47,10 @@ KNOWN_OPTIONS = frozenset({
     "assign", "subscribe", "subscribe_pattern", "starting_offsets", "ending_offsets", "starting_timestamp",
     "starting_offsets_by_timestamp", "starting_offsets_by_timestamp_strategy", "ending_timestamp",
     "ending_offsets_by_timestamp", "min_partitions", "fail_on_data_loss", "include_headers",
-    "max_offsets_per_trigger",
+    "max_offsets_per_trigger", "min_offsets_per_trigger", "max_trigger_delay",
 })
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
+"""Spark's Kafka source's maxTriggerDelay default, 15 minutes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +83,8 @@ class ReadSpec:
     fail_on_data_loss: bool = True
     include_headers: bool = False
     max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
     extra: dict = field(default_factory=dict)
 
     def select_topics(self, existing: list[str]) -> list[str]:
@@ -156,6 +160,18 @@ def parse_options(options: Mapping[str, Any], batch: bool = True, spark_names: b
     """Validate Spark-Kafka-style options (snake_case, or Spark's own camelCase names). With
     ``spark_names`` (the options came through Spark's reader) errors name the known options as
     Spark's users type them (startingOffsets), not raylog's Python names."""
+    try:
+        return _parse(options, batch, spark_names)
+    except InvalidConfigError as exc:
+        if not spark_names:
+            raise
+        raise InvalidConfigError(_SNAKE_NAMES.sub(lambda m: _camel(m.group(0)), str(exc))) from None
+
+
+_SNAKE_NAMES = re.compile(r"\b(?:" + "|".join(sorted(KNOWN_OPTIONS, key=len, reverse=True)) + r")\b")
+
+
+def _parse(options: Mapping[str, Any], batch: bool, spark_names: bool) -> ReadSpec:
     given = {_snake(k): k for k in options}
     opts = {_snake(k): v for k, v in options.items() if v is not None}
     unknown = sorted(set(opts) - KNOWN_OPTIONS)
@@ -231,13 +247,27 @@ def parse_options(options: Mapping[str, Any], batch: bool = True, spark_names: b
     kwargs["starting_strategy"] = strategy
     if "min_partitions" in opts:
         kwargs["min_partitions"] = _positive_int(opts["min_partitions"], "min_partitions")
-    if "max_offsets_per_trigger" in opts:
-        kwargs["max_offsets_per_trigger"] = _positive_int(opts["max_offsets_per_trigger"], "max_offsets_per_trigger")
+    for name in ("max_offsets_per_trigger", "min_offsets_per_trigger"):
+        if name in opts:
+            kwargs[name] = _positive_int(opts[name], name)
+    if "max_trigger_delay" in opts:
+        kwargs["max_trigger_delay_ms"] = _duration_ms(opts["max_trigger_delay"], "max_trigger_delay")
     if "fail_on_data_loss" in opts:
         kwargs["fail_on_data_loss"] = _flag(opts["fail_on_data_loss"], "fail_on_data_loss")
     if "include_headers" in opts:
         kwargs["include_headers"] = _flag(opts["include_headers"], "include_headers")
     return ReadSpec(**kwargs)
+
+
+_DURATION_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def _duration_ms(value: Any, name: str) -> int:
+    """Spark's duration strings ("15m", "3s", "500ms", a bare number of ms) in ms."""
+    found = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", str(value).lower())
+    if not found or found.group(2) not in ("", *_DURATION_UNITS_MS):
+        raise InvalidConfigError(f"{name} must be a duration like '15m', '3s' or '500ms', got {value!r}")
+    return int(int(found.group(1)) * _DURATION_UNITS_MS.get(found.group(2), 1))
 
 
 def _snake(name: str) -> str:
@@ -260,6 +290,110 @@ def check_starting_covers(spec: ReadSpec, partitions: list[TopicPartition]) -> N
             names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in missing[:10]) + (" ..." if len(missing) > 10 else "")
             raise InvalidConfigError(f"starting_offsets gives specific offsets, so it must name every partition the "
                                      f"read covers (-2 for earliest, -1 for latest); it leaves out {names}")
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """Where a read got to in one partition: the next offset, the leader epoch of the record just
+    before it (-1: not known), and the id of the topic it was read from ("": not known)."""
+
+    offset: int
+    epoch: int = -1
+    topic_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LogNow:
+    """One partition's log as a read finds it now.
+
+    ``end`` is the high watermark when planning; ``epoch_end`` is the current leader's answer to
+    OffsetsForLeaderEpoch for the epochs of the positions being placed (epoch: where the largest
+    epoch <= it ends in this log), from which a log that diverged from what was read is found."""
+
+    log_start: int
+    end: int
+    topic_id: str = ""
+    epoch_end: Mapping[int, int] = field(default_factory=dict)
+    end_epoch: int = -1
+    """The epoch of the record before ``end`` (-1: none, or not known)."""
+
+    def checked(self, at: Position) -> bool:
+        """Whether the current leader said where ``at``'s epoch ends in its log."""
+        return at.epoch >= 0 and self.epoch_end.get(at.epoch, -1) >= 0
+
+    def diverged_at(self, at: Position) -> int | None:
+        """The first offset below ``at`` whose record is no longer the one read there (an unclean
+        election or a truncation replaced it), or None when the log still holds everything before it."""
+        if not self.checked(at):
+            return None
+        end = self.epoch_end[at.epoch]
+        return end if end < at.offset else None
+
+
+def _name(tp: TopicPartition) -> str:
+    return f"{tp.topic}-{tp.partition}"
+
+
+def place(tp: TopicPartition, at: Position | None, log: LogNow) -> tuple[int, str | None]:
+    """Where a read that got to ``at`` carries on in ``log``, and what it loses doing so (None: nothing).
+
+    The one decision of what counts as data loss, shared by batch plans, a stream's triggers and
+    its re-planned batches, and the range readers (through the planner):
+    - no position (a partition that appeared since): its log start; lost when that is not 0;
+    - a topic deleted and created again (its id changed): the new topic's log start; lost are the
+      old topic's records from the position on;
+    - a log that diverged below the position (leader epochs; an unclean election): the offset it
+      diverged at; lost are the records read from there to the position;
+    - a position past the log's end (truncated, or a start given past the end) that no epoch shows
+      still good: the end;
+    - a position below the log start (retention, delete_records): the log start.
+    """
+    if at is None:
+        return log.log_start, (None if log.log_start == 0 else
+                               f"{_name(tp)} appeared with its log starting at {log.log_start}, not 0: "
+                               f"records 0..{log.log_start - 1} were never read")
+    if at.topic_id and log.topic_id and at.topic_id != log.topic_id:
+        return log.log_start, (f"{_name(tp)}: topic {tp.topic!r} was deleted and created again (id {at.topic_id} "
+                               f"is now {log.topic_id}): the old topic's records from offset {at.offset} on were "
+                               f"never read; reading the new one from {log.log_start}")
+    diverged = log.diverged_at(at)
+    if diverged is not None:
+        resume = max(diverged, log.log_start)
+        return resume, (f"{_name(tp)}: the log diverged at offset {diverged} (an unclean leader election replaced "
+                        f"records {diverged}..{at.offset - 1} that were read); reading on from {resume}")
+    if at.offset > log.end and not log.checked(at):
+        # Past the high watermark with no epoch to tell (a user's start, an older checkpoint): a
+        # current leader's high watermark is at least any it acknowledged before, so the log lost it.
+        # A position whose epoch the leader still holds up to it is good: the high watermark of a
+        # new leader catches up to it.
+        return log.end, (f"{_name(tp)}: offset {at.offset} is past the log's end {log.end} (truncated, re-created "
+                         f"or given past the end): records {log.end}..{at.offset - 1} are not in the log; reading "
+                         f"from {log.end}")
+    if at.offset < log.log_start:
+        return log.log_start, (f"{_name(tp)}: records {at.offset}..{log.log_start - 1} are gone (offset {at.offset} "
+                               f"is below the log start offset {log.log_start}: retention or delete_records removed "
+                               f"them); reading from {log.log_start}")
+    return at.offset, None
+
+
+def readable(tp: TopicPartition, start: Position | None, end: Position | None, log: LogNow,
+             fail_on_data_loss: bool) -> tuple[int, int, list[str]]:
+    """The part [from, until) of a read from ``start`` to ``end`` (None: the log's end) that ``log``
+    still holds, and what is lost (``place``). With ``fail_on_data_loss`` a loss raises
+    OffsetOutOfRangeError naming it instead."""
+    begin, lost = place(tp, start, log)
+    losses = [lost] if lost else []
+    if end is None:
+        until = log.end
+    else:
+        until, lost_end = place(tp, end, log)
+        if lost_end and not losses and until < end.offset:
+            losses.append(lost_end)
+    until = max(begin, until)
+    if losses and fail_on_data_loss:
+        raise OffsetOutOfRangeError(f"{losses[0]}. Set failOnDataLoss=false (fail_on_data_loss=False) to read on "
+                                    "past lost records with a warning", log.log_start, log.end)
+    return begin, until, losses
 
 
 def plan(spec: ReadSpec, partitions: list[TopicPartition], earliest: Mapping[TopicPartition, int],
@@ -300,26 +434,12 @@ def plan(spec: ReadSpec, partitions: list[TopicPartition], earliest: Mapping[Top
             end = high if end == LATEST else end
         else:
             end = high
-        if start < low:
-            if spec.fail_on_data_loss:
-                raise OffsetOutOfRangeError(
-                    f"{tp.topic}-{tp.partition}: starting offset {start} is below the log start offset {low} "
-                    "(retention or delete_records removed those records); set fail_on_data_loss=False to "
-                    "start at the log start offset instead", low, high)
-            warnings.append(f"{tp.topic}-{tp.partition}: records {start}..{low - 1} are gone (below the log "
-                            f"start offset {low}); reading from {low} (fail_on_data_loss=False)")
-            start = low
-        if end > high:
-            if spec.fail_on_data_loss:
-                raise OffsetOutOfRangeError(
-                    f"{tp.topic}-{tp.partition}: ending offset {end} is past the latest committed offset {high}",
-                    low, high)
-            warnings.append(f"{tp.topic}-{tp.partition}: ending offset {end} is past {high}; reading to {high}")
-            end = high
-        if start > end:
+        if start > end and low <= start <= high and low <= end <= high:
             raise InvalidConfigError(f"{tp.topic}-{tp.partition}: starting offset {start} is after ending offset {end}")
-        if end > start:
-            ranges.append(OffsetRange(tp.topic, tp.partition, start, end))
+        begin, until, lost = readable(tp, Position(start), Position(end), LogNow(low, high), spec.fail_on_data_loss)
+        warnings += lost
+        if until > begin:
+            ranges.append(OffsetRange(tp.topic, tp.partition, begin, until))
     return split(ranges, spec.min_partitions), warnings
 
 

@@ -24,6 +24,7 @@ import os
 import re
 import sys
 import threading
+import time
 from pathlib import Path
 
 import ray
@@ -42,6 +43,8 @@ JAVA_17_OPENS = [
 ]
 """Packages java.base must open to unnamed modules for Spark 3.5 and RayDP on Java 17."""
 STOP_TIMEOUT_S = 60.0
+MASTER_GONE_TIMEOUT_S = 30.0
+"""How long stop() waits for RayDP's app master actor to be gone (a kill is asynchronous)."""
 CONNECTOR_JAR = Path(__file__).parent / "jvm" / "raylog-spark.jar"
 DRIVER_LOG4J2 = Path(__file__).parent / "conf" / "log4j2.properties"
 """The driver JVM's log4j2 configuration: INFO and above to spark-driver.log in Ray's log directory,
@@ -74,9 +77,10 @@ class Session:
     """Spark on Ray for raylog. Behaves as the SparkSession it wraps (``.spark``) and is a context
     manager that stops Spark on exit; ``spark_bridge.read`` and friends take either."""
 
-    def __init__(self, spark, namespace: str):
+    def __init__(self, spark, namespace: str, app_name: str = "raylog"):
         self.spark = spark
         self.namespace = namespace
+        self.app_name = app_name
         self._stopped = False
 
     def __getattr__(self, name: str):
@@ -113,6 +117,23 @@ class Session:
                         timeout_s)
             _kill_raydp_actors()
         _end_driver_jvm(self.spark)
+        _wait_master_gone(self.app_name, MASTER_GONE_TIMEOUT_S)
+
+
+def _wait_master_gone(app_name: str, timeout_s: float) -> None:
+    """Until RayDP's app master actor of ``app_name`` is gone from Ray (a kill takes effect after
+    the call returns), so a new session of the same name can start at once (before, its
+    init_spark failed with ActorAlreadyExistsError: the chaos run's stream restart hit it)."""
+    from raydp.spark.ray_cluster_master import RAYDP_SPARK_MASTER_SUFFIX
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and ray.is_initialized():
+        try:
+            ray.get_actor(app_name + RAYDP_SPARK_MASTER_SUFFIX)
+        except ValueError:
+            return
+        time.sleep(0.1)
+    log.warning("RayDP's app master of %r is still alive %.0fs after Spark stopped", app_name, timeout_s)
 
 
 def _kill_raydp_actors() -> None:
@@ -207,7 +228,7 @@ def session(app_name: str = "raylog", num_executors: int = 1, executor_cores: in
 
     with _jvm_stderr_filtered(os.path.join(logs_dir, "spark-driver.log")):
         spark = raydp.init_spark(app_name, num_executors, executor_cores, executor_memory, configs=settings)
-    _current = Session(spark, namespace)
+    _current = Session(spark, namespace, app_name)
     return _current
 
 

@@ -23,16 +23,20 @@ from typing import Any, Callable
 import ray
 
 from raylog import ray_calls
-from raylog.errors import OffsetOutOfRangeError, RaylogError, UnknownTopicOrPartitionError
+from raylog.errors import NotLeaderForPartitionError, OffsetOutOfRangeError, RaylogError, UnknownTopicOrPartitionError
 from raylog.logs import get_logger
 from raylog.range_reader import plan_read, resolve_partitions
-from raylog.ranges import KNOWN_OPTIONS, EARLIEST, LATEST, ReadSpec, check_starting_covers, parse_options, plan
+from raylog.ranges import (KNOWN_OPTIONS, EARLIEST, LATEST, LogNow, OffsetRange, Position, ReadSpec,
+                           check_starting_covers, parse_options, readable, split)
 from raylog.records import TopicPartition
 
 log = get_logger(__name__)
 
 PLANNER_ACTOR_NAME = "raylog-spark-planner"
 NODE_CACHE_S = 30.0
+REQUEST_TIMEOUT_S = 30.0
+CACHE_KEPT = 10_000
+"""Answers kept per leader epoch (a leader's directory, where an epoch ends): cleared past this many."""
 
 _CANONICAL = {name.replace("_", ""): name for name in KNOWN_OPTIONS}
 """Spark hands a source its options lower-cased (startingoffsets): back to raylog's names."""
@@ -57,6 +61,12 @@ def _answer(call: Callable[[], Any]) -> str:
         return json.dumps({"error": ["ActorCallError", f"raylog's Spark planner failed: {exc!r}", False]})
 
 
+RAYLOG_KEY = "@raylog"
+"""A stream offset's raylog part, beside Kafka's {"topic": {"partition": offset}} (no topic can be
+named so): {"ids": {topic: topic id}, "epochs": {topic: {partition: leader epoch of the record
+before the offset}}}, from which a re-created topic or a diverged log is found."""
+
+
 def _offsets_json(offsets: dict[TopicPartition, int]) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for tp, offset in sorted(offsets.items()):
@@ -65,7 +75,26 @@ def _offsets_json(offsets: dict[TopicPartition, int]) -> dict[str, dict[str, int
 
 
 def _from_json(offsets: dict) -> dict[TopicPartition, int]:
-    return {TopicPartition(t, int(p)): int(o) for t, parts in offsets.items() for p, o in parts.items()}
+    return {TopicPartition(t, int(p)): int(o) for t, parts in offsets.items() if t != RAYLOG_KEY
+            for p, o in parts.items()}
+
+
+def positions_json(positions: dict[TopicPartition, Position]) -> dict:
+    """A stream offset: Kafka's JSON, and raylog's topic ids and epochs under RAYLOG_KEY."""
+    out: dict = _offsets_json({tp: p.offset for tp, p in positions.items()})
+    ids = {tp.topic: p.topic_id for tp, p in sorted(positions.items()) if p.topic_id}
+    epochs = _offsets_json({tp: p.epoch for tp, p in positions.items() if p.epoch >= 0})
+    if ids or epochs:
+        out[RAYLOG_KEY] = {"ids": ids, "epochs": epochs}
+    return out
+
+
+def positions(offsets: dict) -> dict[TopicPartition, Position]:
+    """``positions_json``'s inverse; Kafka's plain JSON (a user's startingOffsets, an older
+    checkpoint) gives positions without ids or epochs."""
+    extra = offsets.get(RAYLOG_KEY) or {}
+    ids, epochs = extra.get("ids", {}), _from_json(extra.get("epochs", {}))
+    return {tp: Position(o, epochs.get(tp, -1), ids.get(tp.topic, "")) for tp, o in _from_json(offsets).items()}
 
 
 class SparkPlanner:
@@ -79,28 +108,50 @@ class SparkPlanner:
         self._hosts: dict[str, str] = {}
         self._hosts_at = 0.0
         self._directories: dict[tuple[str, int, int], str] = {}
+        self._epoch_ends: dict[tuple[str, int, int, int], int] = {}
 
     # --- answers for the JVM (JSON strings) ----------------------------------------------------
 
     def plan(self, options: str) -> str:
-        """A batch read: {"ranges": [[topic, partition, from, until, host], ...], "warnings": [...],
-        "compacted": [topics whose offsets have gaps]}."""
+        """A batch read: {"ranges": [as ``_placed`` gives them], "warnings": [...], "compacted": [topics
+        whose offsets can have gaps]}."""
         return _answer(lambda: self._plan(json.loads(options)))
 
     def start_offsets(self, options: str) -> str:
-        """Where a new stream starts, per partition: {"offsets": {topic: {partition: offset}}}."""
-        return _answer(lambda: {"offsets": _offsets_json(self._start_offsets(self._spec(json.loads(options), False)))})
+        """Where a new stream starts, per partition: {"offsets": stream offset JSON, "warnings": [...]}
+        (a JSON start outside [earliest, latest] is data loss: an error, or a warning and the nearest
+        end with failOnDataLoss off)."""
+        return _answer(lambda: self._start_offsets(self._spec(json.loads(options), False)))
 
     def latest_offsets(self, options: str) -> str:
-        """The high watermark and log start of every partition a stream reads:
-        {"latest": {...}, "earliest": {...}} (partitions added since are in them)."""
-        return _answer(lambda: self._latest(self._spec(json.loads(options), False)))
+        """Where every partition a stream reads ends now (its high watermark; partitions added since
+        are in it): {"latest": stream offset JSON}."""
+        return _answer(lambda: {"latest": positions_json(self._latest(self._spec(json.loads(options), False)))})
+
+    def next_offsets(self, options: str, start: str) -> str:
+        """A stream trigger: where each partition carries on from ``start`` (the stream's offset) and
+        where it ends now, {"start": ..., "latest": ..., "warnings": [...]}, with what was lost decided
+        by raylog.ranges.place (an error when failOnDataLoss is on); partitions of deleted topics
+        are left out of both."""
+        return _answer(lambda: self._next(self._spec(json.loads(options), False), positions(json.loads(start))))
 
     def plan_between(self, options: str, start: str, end: str) -> str:
-        """A micro-batch's ranges from ``start`` to ``end`` (Kafka's offset JSON; a partition missing
-        from ``start`` starts at its log start), with failOnDataLoss applied: as ``plan``."""
-        return _answer(lambda: self._plan_between(self._spec(json.loads(options), False), _from_json(json.loads(start)),
-                                                  _from_json(json.loads(end))))
+        """A micro-batch's ranges from ``start`` to ``end`` (stream offsets; a partition missing from
+        ``start`` starts at its log start), with failOnDataLoss applied: as ``plan``."""
+        return _answer(lambda: self._plan_between(self._spec(json.loads(options), False),
+                                                  positions(json.loads(start)), positions(json.loads(end))))
+
+    def remaining(self, topic: str, partition: int, offset: int, until: int, until_epoch: int, topic_id: str,
+                 fail_on_data_loss: bool) -> str:
+        """For a range reader that found records gone or the log ending below its range: the part of
+        [offset, until) still in the log, {"from": f, "until": u, "warnings": [...]}, decided as for
+        planning (an error when failOnDataLoss is on)."""
+        def decide():
+            tp = TopicPartition(topic, int(partition))
+            start, end = Position(int(offset), -1, topic_id), Position(int(until), int(until_epoch), topic_id)
+            begin, stop, lost = readable(tp, start, end, self._logs({tp: [end]})[tp], bool(fail_on_data_loss))
+            return {"from": begin, "until": stop, "warnings": lost}
+        return _answer(decide)
 
     def leader(self, topic: str, partition: int) -> str:
         """{"name": the leader replica's actor name, "host": its node's address, "ray_node_id" (the Ray
@@ -116,6 +167,27 @@ class SparkPlanner:
             return {"partitions": md.partition_count(topic), "max_message_bytes": md.topic(topic).max_message_bytes}
         return _answer(count)
 
+    def read_options(self, options: str, planned: bool = False) -> str:
+        """A read's options checked (raylog.ranges.parse_options, the one check the Python API uses
+        too), and what the JVM keeps of them: {"fail_on_data_loss", "include_headers",
+        "max_offsets_per_trigger", "min_offsets_per_trigger" (-1: none), "max_trigger_delay_ms"}.
+        ``planned``: the read's ranges were planned already (spark_bridge.read), so it names no topics."""
+        def check():
+            given = json.loads(options)
+            if planned and not set(canonical_options(given)) & {"assign", "subscribe", "subscribe_pattern"}:
+                given["assign"] = "{}"
+            spec = self._spec(given, False)
+            return {"fail_on_data_loss": spec.fail_on_data_loss, "include_headers": spec.include_headers,
+                    "max_offsets_per_trigger": spec.max_offsets_per_trigger or -1,
+                    "min_offsets_per_trigger": spec.min_offsets_per_trigger or -1,
+                    "max_trigger_delay_ms": spec.max_trigger_delay_ms}
+        return _answer(check)
+
+    def topics(self) -> str:
+        """{"topics": [every topic's name]}: the connector matches subscribePattern against them
+        with Java's regular expressions, as Spark's Kafka source does."""
+        return _answer(lambda: {"topics": sorted(self._admin.list_topics())})
+
     def ping(self) -> int:
         return 1
 
@@ -130,57 +202,151 @@ class SparkPlanner:
             spec = dataclasses.replace(spec, max_offsets_per_trigger=None)  # a stream's option; batch reads ignore it
         return self._placed(*plan_read(self._cluster, spec))
 
-    def _placed(self, ranges, warnings) -> dict:
+    def _placed(self, ranges: list[OffsetRange], warnings: list[str],
+                ends: dict[TopicPartition, Position] | None = None) -> dict:
+        """The ranges for the JVM (RaylogScanBuilder.ranges): topic, partition, from, until, the
+        epoch of the record before until (-1: not known) and the topic's id, which a reader hands
+        back (``remaining``) when it finds the log changed under it, and the leader as ``leader``
+        answers (the task starts with it, asking the planner only after it failed)."""
+        ends = ends or {}
         out = []
         for r in ranges:
-            where = self._leader(r.topic, r.partition, refresh=False)
-            out.append([r.topic, r.partition, r.from_offset, r.until_offset, where["host"]])
-        compacted = sorted({r.topic for r in ranges
-                            if self._cluster.metadata.describe(r.topic).config.get("cleanup_policy") == "compact"})
+            end = ends.get(TopicPartition(r.topic, r.partition))
+            out.append({"topic": r.topic, "partition": r.partition, "from": r.from_offset, "until": r.until_offset,
+                        "until_epoch": end.epoch if end is not None and end.offset == r.until_offset else -1,
+                        "topic_id": self._topic_id(r.topic),
+                        "leader": self._leader(r.topic, r.partition, refresh=False)})
+        # A topic compacted once keeps its gaps after its policy goes back to delete.
+        compacted = sorted({r.topic for r in ranges if self._cluster.metadata.describe(r.topic).ever_compacted})
         return {"ranges": out, "warnings": warnings, "compacted": compacted}
 
-    def _start_offsets(self, spec: ReadSpec) -> dict[TopicPartition, int]:
+    def _start_offsets(self, spec: ReadSpec) -> dict:
         partitions = resolve_partitions(self._cluster, spec)
         if not partitions:
-            return {}
-        earliest = self._admin.beginning_offsets(partitions)
-        latest = self._admin.end_offsets(partitions)
+            return {"offsets": {}, "warnings": []}
+        logs = self._logs({tp: [] for tp in partitions}, refresh=False)
         stamps = {tp: s for tp, (s, _) in spec.timestamps_needed(partitions).items() if s is not None}
         check_starting_covers(spec, [tp for tp in partitions if tp not in stamps])
         found = self._admin.list_offsets(stamps) if stamps else {}
-        out = {}
+        out, warnings = {}, []
         for tp in partitions:
+            log = logs[tp]
             if tp in stamps:
                 if found[tp] is None and spec.starting_strategy == "error":
                     raise OffsetOutOfRangeError(
                         f"{tp.topic}-{tp.partition} has no record at or after starting timestamp {stamps[tp]}",
-                        earliest[tp], latest[tp])
-                out[tp] = latest[tp] if found[tp] is None else found[tp].offset
-                continue
-            start = spec.starting[tp] if isinstance(spec.starting, dict) else \
-                (EARLIEST if spec.starting == "earliest" else LATEST)
-            out[tp] = earliest[tp] if start == EARLIEST else latest[tp] if start == LATEST else start
+                        log.log_start, log.end)
+                at = Position(log.end, log.end_epoch) if found[tp] is None else \
+                    Position(found[tp].offset, found[tp].leader_epoch)
+            else:
+                start = spec.starting[tp] if isinstance(spec.starting, dict) else \
+                    (EARLIEST if spec.starting == "earliest" else LATEST)
+                # A JSON start is checked against [earliest, latest] now, as Kafka's source does.
+                at = Position(log.log_start) if start == EARLIEST else \
+                    Position(log.end, log.end_epoch) if start == LATEST else Position(start)
+            begin, _, lost = readable(tp, at, None, log, spec.fail_on_data_loss)
+            warnings += lost
+            out[tp] = Position(begin, at.epoch if begin == at.offset else -1, log.topic_id)
+        return {"offsets": positions_json(out), "warnings": warnings}
+
+    def _topic_id(self, topic: str) -> str:
+        return self._cluster.metadata.describe(topic).topic_id
+
+    def _logs(self, at: dict[TopicPartition, list[Position]], refresh: bool = True) -> dict[TopicPartition, LogNow]:
+        """Each partition's log now (``refresh``: its topic's metadata asked afresh, for its id). For
+        each position whose epoch is older than the log's last record's, or that is past the log's
+        end, the current leader's end of that epoch: from it ``place`` finds a log that diverged
+        from what was read (or knows a position is still good while a new leader's high watermark
+        catches up)."""
+        partitions = list(at)
+        if refresh:
+            for topic in {tp.topic for tp in partitions}:
+                self._cluster.metadata.invalidate(topic)
+        earliest = self._admin.beginning_offsets(partitions)
+        latest = self._admin.list_offsets({tp: LATEST for tp in partitions})
+        out = {}
+        for tp in partitions:
+            end, topic_id = latest[tp], self._topic_id(tp.topic)
+            epoch_end = {}
+            for pos in at[tp]:
+                if 0 <= pos.epoch and pos.topic_id in ("", topic_id) \
+                        and (pos.epoch < end.leader_epoch or pos.offset > end.offset):
+                    epoch_end[pos.epoch] = self._epoch_end(tp, topic_id, pos.epoch)
+            out[tp] = LogNow(earliest[tp], end.offset, topic_id, epoch_end, end.leader_epoch)
         return out
 
-    def _latest(self, spec: ReadSpec) -> dict:
-        partitions = resolve_partitions(self._cluster, spec)
-        return {"latest": _offsets_json(self._admin.end_offsets(partitions) if partitions else {}),
-                "earliest": _offsets_json(self._admin.beginning_offsets(partitions) if partitions else {})}
+    def _epoch_end(self, tp: TopicPartition, topic_id: str, epoch: int) -> int:
+        """Where the current leader's log holds ``epoch`` (the largest epoch <= it) up to: Kafka's
+        OffsetsForLeaderEpoch, asked at the leader epoch the metadata gives (a replica at another
+        epoch refuses; the metadata is asked again). Kept per leader epoch: only a new leader
+        changes it. A leader that led at ``epoch`` or after holds every record acknowledged at it."""
+        md = self._cluster.metadata
 
-    def _plan_between(self, spec: ReadSpec, start: dict[TopicPartition, int], end: dict[TopicPartition, int]) -> dict:
-        partitions = sorted(end)
-        earliest = self._admin.beginning_offsets(partitions) if partitions else {}
-        starts = {tp: start.get(tp, earliest[tp]) for tp in partitions}
-        if not spec.fail_on_data_loss:
-            # Retention passed the whole batch: it reads nothing (plan warns what was skipped).
-            end = {tp: max(o, earliest[tp]) for tp, o in end.items()}
-        fixed = dataclasses.replace(spec, starting=starts, ending=end, starting_timestamp=None,
-                                    starting_by_timestamp=None, ending_timestamp=None, ending_by_timestamp=None,
-                                    max_offsets_per_trigger=None)
-        # The planned ends, not today's high watermarks: a batch Spark planned before a restart can
-        # end above a new leader's high watermark; its tasks wait for those records (the reader).
-        ranges, warnings = plan(fixed, partitions, earliest, {tp: max(end[tp], starts[tp]) for tp in partitions})
-        return self._placed(ranges, warnings)
+        def ask():
+            leader_epoch = md.describe(tp.topic).partitions[tp.partition].leader_epoch
+            if epoch > leader_epoch:
+                # Read from a leader this metadata has not heard of: asking an older one could find
+                # a divergence that is not there.
+                raise NotLeaderForPartitionError(f"{tp.topic}-{tp.partition}: metadata at leader epoch "
+                                                 f"{leader_epoch} is older than epoch {epoch}")
+            key = (topic_id, tp.partition, epoch, leader_epoch)
+            if key not in self._epoch_ends:
+                if len(self._epoch_ends) > CACHE_KEPT:
+                    self._epoch_ends.clear()
+                handle = md.leader(tp.topic, tp.partition)
+                self._epoch_ends[key] = ray_calls.get(handle.end_offset_for_epoch.remote(epoch, leader_epoch),
+                                                      REQUEST_TIMEOUT_S)[1]
+            return self._epoch_ends[key]
+        return ray_calls.with_retries(ask, REQUEST_TIMEOUT_S, on_retry=lambda: md.invalidate(tp.topic))
+
+    def _latest(self, spec: ReadSpec) -> dict[TopicPartition, Position]:
+        partitions = resolve_partitions(self._cluster, spec, missing_ok=True)
+        logs = self._logs({tp: [] for tp in partitions}, refresh=False) if partitions else {}
+        return {tp: Position(log.end, log.end_epoch, log.topic_id) for tp, log in logs.items()}
+
+    def _next(self, spec: ReadSpec, start: dict[TopicPartition, Position]) -> dict:
+        partitions = resolve_partitions(self._cluster, spec, missing_ok=True)
+        reading = set(partitions)
+        warnings = self._gone(spec, [tp for tp in start if tp not in reading])
+        logs = self._logs({tp: [start[tp]] if tp in start else [] for tp in partitions}, refresh=False) \
+            if partitions else {}
+        begins, latest = {}, {}
+        for tp in partitions:
+            log, at = logs[tp], start.get(tp)
+            begin, _, lost = readable(tp, at, None, log, spec.fail_on_data_loss)
+            warnings += lost
+            begins[tp] = at if at is not None and not lost else Position(begin, -1, log.topic_id)
+            latest[tp] = Position(log.end, log.end_epoch, log.topic_id) if log.end > begin else begins[tp]
+        return {"start": positions_json(begins), "latest": positions_json(latest), "warnings": warnings}
+
+    def _gone(self, spec: ReadSpec, partitions: list[TopicPartition]) -> list[str]:
+        """Partitions a stream read that no longer exist (their topic was deleted): lost, as Kafka's
+        source reports them."""
+        if not partitions:
+            return []
+        lost = (f"{', '.join(f'{tp.topic}-{tp.partition}' for tp in sorted(partitions))}: deleted (the topic no "
+                "longer exists); records not yet read there are lost")
+        if spec.fail_on_data_loss:
+            raise OffsetOutOfRangeError(f"{lost}. Set failOnDataLoss=false to read on without them")
+        return [lost]
+
+    def _plan_between(self, spec: ReadSpec, start: dict[TopicPartition, Position],
+                      end: dict[TopicPartition, Position]) -> dict:
+        existing = set(self._admin.list_topics())
+        warnings = self._gone(spec, [tp for tp in end if tp.topic not in existing])
+        partitions = sorted(tp for tp in end if tp.topic in existing)
+        logs = self._logs({tp: [p for p in (start.get(tp), end[tp]) if p is not None] for tp in partitions}) \
+            if partitions else {}
+        ranges = []
+        for tp in partitions:
+            # The recorded end, even above today's high watermark (a new leader's catching up; its
+            # tasks wait for it): only a log that diverged, was re-created or lost records changes
+            # what a batch Spark recorded reads.
+            begin, until, lost = readable(tp, start.get(tp), end[tp], logs[tp], spec.fail_on_data_loss)
+            warnings += lost
+            if until > begin:
+                ranges.append(OffsetRange(tp.topic, tp.partition, begin, until))
+        return self._placed(split(ranges, spec.min_partitions), warnings, end)
 
     def _leader(self, topic: str, partition: int, refresh: bool) -> dict:
         md = self._cluster.metadata
@@ -201,8 +367,10 @@ class SparkPlanner:
     def _directory(self, topic: str, partition: int, epoch: int) -> str:
         """The leader's partition directory, where a task on its node reads the segments
         (LocalSegments.java); asked of the leader once per epoch."""
-        key = (topic, partition, epoch)
+        key = (self._topic_id(topic), partition, epoch)  # a re-created topic's epochs start again
         if key not in self._directories:
+            if len(self._directories) > CACHE_KEPT:
+                self._directories.clear()
             try:
                 handle = self._cluster.metadata.leader(topic, partition)
                 self._directories[key] = ray_calls.get(handle.read_location.remote(), 30)[1]

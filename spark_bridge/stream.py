@@ -32,7 +32,7 @@ from raylog.logs import get_logger
 from raylog.records import OffsetAndMetadata, TopicPartition
 from raylog.ranges import EARLIEST, LATEST, ReadSpec, check_starting_covers, parse_options
 from spark_bridge.launch import spark_of
-from spark_bridge.planner import canonical_options
+from spark_bridge.planner import canonical_options, positions
 from spark_bridge.read import kafka_client_options
 
 log = get_logger(__name__)
@@ -59,8 +59,7 @@ def batch_end_offsets(checkpoint: str, batch_id: int, spark=None) -> dict[TopicP
             lines = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8").splitlines()
         finally:
             stream.close()
-    offsets = json.loads(lines[2])
-    return {TopicPartition(t, int(p)): int(o) for t, parts in offsets.items() for p, o in parts.items()}
+    return {tp: p.offset for tp, p in positions(json.loads(lines[2])).items()}
 
 
 def stream(spark, topic: str | Iterable[str], group_id: str, process: Callable[[Any, int], None], *,

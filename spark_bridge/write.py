@@ -21,14 +21,18 @@ from spark_bridge.read import kafka_client_options
 
 log = get_logger(__name__)
 
-SINK_SETTINGS = ("acks", "compression_type", "batch_size", "delivery_timeout_ms")
+SINK_SETTINGS = ("acks", "compression_type", "batch_size", "delivery_timeout_ms", "buffer_memory")
 """The producer settings the connector's sink honours; the others are a client's (threads, buffers)."""
 
 
 def write(df, topic: str | None = None, **options: Any) -> int:
     """Send ``df`` (columns value, and optionally key, headers, partition, topic, timestamp) to
     ``topic`` (which wins over a topic column); ``options`` are producer settings (acks,
-    compression_type, batch_size, delivery_timeout_ms). Returns the number of records written."""
+    compression_type, batch_size, delivery_timeout_ms, buffer_memory: what a task's open batches
+    hold together, 32 MiB). Returns the number of records acknowledged
+    by the task attempts Spark committed. A write is at-least-once, as Spark's Kafka sink: an
+    attempt that failed, or a speculative copy Spark dropped, may have appended records too, under
+    its own producer id, and they are not in the count."""
     configs = kafka_client_options(options)
     for name in ("key_serializer", "value_serializer"):
         if name in configs:

@@ -344,8 +344,8 @@ class Consumer:
         for tp, ts in timestamps.items():
             if not isinstance(ts, int) or ts < 0:
                 raise InvalidOffsetError(f"timestamp for {tp} must be a non-negative int, got {ts!r}")
-            offset, found_ts = self._fetcher.list_offset(TopicPartition(*tp), ts, self._left(deadline))
-            out[tp] = None if offset < 0 else OffsetAndTimestamp(offset, found_ts)
+            offset, found_ts, epoch = self._fetcher.list_offset(TopicPartition(*tp), ts, self._left(deadline))
+            out[tp] = None if offset < 0 else OffsetAndTimestamp(offset, found_ts, epoch)
         return out
 
     def _left(self, deadline: float) -> float:

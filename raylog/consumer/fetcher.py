@@ -110,8 +110,8 @@ class Fetcher:
 
     # --- positions -------------------------------------------------------------------------
 
-    def list_offset(self, tp: TopicPartition, timestamp: int, timeout_s: float | None = None) -> tuple[int, int]:
-        """The leader's (offset, timestamp) for ``timestamp`` (or EARLIEST/LATEST), retried on
+    def list_offset(self, tp: TopicPartition, timestamp: int, timeout_s: float | None = None) -> tuple[int, int, int]:
+        """The leader's (offset, timestamp, leader epoch) for ``timestamp`` (or EARLIEST/LATEST), retried on
         leader moves within ``timeout_s`` (default request_timeout_ms)."""
         timeout_s = self._timeout_s if timeout_s is None else timeout_s
         return ray_calls.with_retries(
@@ -164,7 +164,7 @@ class Fetcher:
             lambda: ray_calls.get([self.metadata.leader(tp.topic, tp.partition).list_offsets.remote(ts)
                                    for tp in unresolved], self._timeout_s),
             self._timeout_s, on_retry=self.metadata.invalidate)
-        for tp, (offset, _) in zip(unresolved, found):
+        for tp, (offset, *_) in zip(unresolved, found):
             self.seek(tp, offset)
 
     # --- fetching ----------------------------------------------------------------------------

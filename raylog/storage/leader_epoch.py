@@ -73,6 +73,12 @@ class LeaderEpochCache:
         i = bisect.bisect_left(self._epochs, epoch)
         return self._starts[i] if i < len(self._epochs) and self._epochs[i] == epoch else UNDEFINED_OFFSET
 
+    def epoch_of(self, offset: int) -> int:
+        """The epoch of the leader that wrote the record at ``offset`` (UNDEFINED_EPOCH below the
+        first epoch known)."""
+        i = bisect.bisect_right(self._starts, offset) - 1
+        return self._epochs[i] if i >= 0 and offset >= 0 else UNDEFINED_EPOCH
+
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         """Kafka's OffsetsForLeaderEpoch answer for ``epoch``: the largest epoch this replica knows
         that is <= ``epoch``, and the offset that epoch ended at (the next epoch's start, or the

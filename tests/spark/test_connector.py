@@ -175,6 +175,128 @@ def test_column_pruning_and_partition_offset_filters_return_exactly_the_matching
     assert {r["partition"]: r["count"] for r in df.groupBy("partition").count().collect()} == sizes
 
 
+def test_count_of_a_topic_compacted_once_counts_its_records_not_its_offsets(cluster, spark):
+    """Finding 9 of issue 32: COUNT(*) pushdown answers from offsets unless the topic is compacted,
+    judged by its cleanup policy now; a topic compacted and then switched to delete keeps its
+    gaps, and the count came out too high. It counts rows there, as for a compacted topic."""
+    import ray
+
+    topic = fresh_topic(cluster, 1, cleanup_policy="compact", segment_bytes=4096)
+    producer = cluster.producer()
+    try:
+        for round_ in range(12):
+            producer.send_batch(topic, [b"v%d:%d" % (round_, k) for k in range(50)],
+                                keys=[b"k%d" % k for k in range(50)], partition=0).wait(timeout=60)
+    finally:
+        producer.close()
+    ray.get(cluster.metadata.leader(topic, 0).maintain_now.remote())
+    cluster.admin().alter_topic_config(topic, {"cleanup.policy": "delete"})
+    rows = load(spark, topic).select("offset").collect()
+    assert len(rows) < 600, "compaction removed superseded records"
+    assert load(spark, topic).count() == len(rows)
+
+
+def test_subscribe_pattern_is_a_java_regular_expression_as_in_spark(cluster, spark):
+    """Finding 10 of issue 32: Spark's Kafka source matches subscribePattern with Java's regular
+    expressions; raylog compiled it with Python's, which refuses Java's classes (\\p{Alnum}) and
+    possessive quantifiers. Both are matched, in a batch read and a stream, and a pattern Java
+    refuses is InvalidConfigError naming it."""
+    prefix = f"jre{uuid.uuid4().hex[:6]}"
+    matched = [f"{prefix}-a1", f"{prefix}-b2"]
+    for topic in matched + [f"{prefix}-c-3"]:
+        cluster.admin().create_topic(topic, 1)
+        produce_numbered(cluster, topic, [4])
+    pattern = prefix + r"-\p{Alnum}++"
+    df = (spark.read.format("raylog").option("subscribePattern", pattern).option("startingOffsets", "earliest")
+          .load())
+    assert sorted({r["topic"] for r in df.select("topic").collect()}) == matched
+    assert df.count() == 8
+    name = memory_sink_name()
+    query = (spark.readStream.format("raylog").option("subscribePattern", pattern)
+             .option("startingOffsets", "earliest").load().select("topic").writeStream.format("memory")
+             .queryName(name).start())
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert sorted(r["topic"] for r in spark.table(name).collect()) == sorted(matched * 4)
+    with pytest.raises(Exception, match="subscribePattern is not a Java regular expression") as caught:
+        spark.read.format("raylog").option("subscribePattern", "(unclosed").load().count()
+    # A SparkThrowable, as Spark's own errors: its error class is raylog's error's name.
+    error = getattr(caught.value, "java_exception", None) or getattr(caught.value, "_origin", None)
+    while error is not None and not error.getClass().getName().endswith("RaylogSparkException"):
+        error = error.getCause()
+    assert error is not None, caught.value
+    assert spark.sparkContext._jvm.Class.forName("org.apache.spark.SparkThrowable").isInstance(error)
+    assert error.getErrorClass() == "InvalidConfigError"
+    assert "not a Java regular expression" in error.getMessageParameters()["message"]
+
+
+def executor_arrow_bytes(spark) -> int:
+    """What Spark's Arrow root allocator (ArrowUtils.rootAllocator, which the connector's readers
+    allocate from) holds in the executor's JVM now, asked by a task (SQL's reflect)."""
+    answer = (spark.range(1).repartition(1)
+              .selectExpr("reflect('org.apache.spark.sql.util.ArrowUtils', 'rootAllocator') AS a").collect()[0]["a"])
+    return int(answer.split(" ")[1].split("/")[1])  # "Allocator(ROOT) res/actual/peak/limit (...)"
+
+
+def test_a_cancelled_read_stops_its_tasks_at_once_and_frees_their_memory(cluster, spark):
+    """Finding 8 of issue 32: a task waiting on its leader (here: SIGSTOPped) kept waiting after
+    Spark killed it, in a Ray get of up to 60 s and then polls for up to 120 s, and a close that
+    threw leaked its allocator. A cancelled job's tasks now stop within a second or so (a budget
+    well below those waits, for a loaded machine) and Spark's Arrow allocator is back where it was."""
+    import os
+    import signal
+    import threading
+
+    from spark_bridge.planner import SparkPlanner
+
+    topic = fresh_topic(cluster, 1)
+    produce_numbered(cluster, topic, [50])
+    # Planned now, while the leader answers; the read then only fetches (and waits on it).
+    answer = SparkPlanner(cluster.config.namespace).plan(json.dumps({"subscribe": topic, "startingOffsets": "earliest"}))
+    before = executor_arrow_bytes(spark)
+    pid = cluster.admin().describe_partitions(topic)[0]["pid"]
+    sc = spark.sparkContext
+    group = f"cancel-{uuid.uuid4().hex[:6]}"
+    outcome: list = []
+
+    def read() -> None:
+        sc.setJobGroup(group, "a read to cancel", interruptOnCancel=False)
+        try:
+            outcome.append(spark.read.format("raylog").option("raylog.ranges", answer).load()
+                           .select("value").collect())
+        except Exception as exc:  # noqa: BLE001 - the cancellation, checked below
+            outcome.append(exc)
+
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        # Once the controller has fenced it, its read page's lease has run out too: the task cannot
+        # read its files on this node, and fetches from it, which never answers.
+        wait_for(lambda: cluster.admin().describe_partitions(topic)[0]["leader"] == -1, timeout_s=120)
+        thread = threading.Thread(target=read, daemon=True)
+        thread.start()
+        tracker = sc._jsc.sc().statusTracker()
+        stages = sc.statusTracker()
+
+        def running() -> int:
+            """Tasks the executors run: a killed one counts until its thread has returned."""
+            return sum(e.numRunningTasks() for e in tracker.getExecutorInfos())
+
+        def started() -> int:
+            return sum(info.numActiveTasks for info in map(stages.getStageInfo, stages.getActiveStageIds()) if info)
+        wait_for(lambda: started() > 0, timeout_s=120,
+                 describe=lambda: (outcome, [e.numRunningTasks() for e in tracker.getExecutorInfos()]))
+        time.sleep(1)  # inside the fetch's wait now
+        sc.cancelJobGroup(group)
+        thread.join(30)
+        assert not thread.is_alive() and isinstance(outcome[0], Exception), outcome
+        wait_for(lambda: running() == 0, timeout_s=15, describe=running)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    wait_for(lambda: executor_arrow_bytes(spark) == before, timeout_s=30, describe=lambda: executor_arrow_bytes(spark))
+
+
 def test_kafka_options_are_ignored_with_a_warning(cluster, spark, uneven):
     """A Kafka job's kafka.* client settings are accepted, change nothing, and each is named in a
     warning of the connector's logger (the driver's JVM, log4j)."""
@@ -219,6 +341,26 @@ def test_sql_temporary_view_using_raylog(cluster, spark):
         spark.catalog.dropTempView(view)
 
 
+def test_sql_create_table_using_raylog_then_select(cluster, spark):
+    """Finding 10 of issue 32: a persistent table of Spark's session catalog, CREATE TABLE ... USING
+    raylog OPTIONS (...) and then SELECT, as Kafka's source (a RelationProvider) allows; each query
+    reads the latest offsets when it runs."""
+    topic = fresh_topic(cluster, 2)
+    produce_numbered(cluster, topic, [6, 4])
+    table = f"t_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE TABLE {table} USING raylog OPTIONS (subscribe '{topic}', startingOffsets 'earliest')")
+    try:
+        assert spark.sql(f"SELECT count(*) AS n FROM {table}").collect()[0]["n"] == 10
+        got = spark.sql(f"SELECT partition, offset, CAST(value AS STRING) AS v FROM {table} WHERE partition = 1"
+                        ).collect()
+        assert sorted((r["offset"], r["v"]) for r in got) == [(i, f"v:1:{i}") for i in range(4)]
+        produce_numbered(cluster, topic, [2, 0], first=6)
+        assert spark.sql(f"SELECT count(*) AS n FROM {table}").collect()[0]["n"] == 12
+        assert spark.table(table).columns[:3] == ["key", "value", "topic"]
+    finally:
+        spark.sql(f"DROP TABLE IF EXISTS {table}")
+
+
 # --- batch writes -------------------------------------------------------------------------------
 
 
@@ -251,6 +393,45 @@ def test_df_write_format_raylog_then_read_back(cluster, spark):
     with pytest.raises(Exception, match="value"):
         no_value.write.format("raylog").option("topic", untouched).save()
     assert total(cluster, untouched) == 0
+
+
+def test_a_tasks_open_batches_stay_within_buffer_memory(cluster, spark):
+    """Finding 5 of issue 32: a task kept an open batch of up to batch.size (4 MiB) for each
+    partition it wrote, about 1 GiB for a keyed write to 256 partitions, against RayDP's 1 GB
+    executors. buffer.memory bounds them together, as in Kafka's producer: one task writes 2.4 MB
+    keyed over 8 partitions with buffer.memory 256 KiB (batch.size 4 MiB); without the bound each
+    partition got one batch of about 300 KB, with it no batch is larger than the bound."""
+    import ray
+    from raylog.storage.batch import iter_batches
+
+    topic = fresh_topic(cluster, 8)
+    rows = [(f"k{i}", "x" * 2000) for i in range(1200)]  # 2.4 MB, keyed over 8 partitions
+    (spark.createDataFrame(rows, "key string, value string").coalesce(1).write.format("raylog")
+     .option("topic", topic).option("buffer.memory", str(256 * 1024)).option("batch.size", str(4 << 20))
+     .option("compression.type", "none").save())
+    sizes = []
+    for p in range(8):
+        leader = cluster.metadata.leader(topic, p)
+        data = ray.get(leader.fetch.remote(0, 64 << 20, 0))[0]
+        sizes += [b.size for b in iter_batches(bytes(data))]
+    assert sum(1 for _ in sizes) > 8, "batches were sent before the task ended"
+    assert max(sizes) <= 256 * 1024 + 4096, f"a batch of {max(sizes)} bytes: open batches exceeded buffer.memory"
+    assert total(cluster, topic) == 1200
+
+
+def test_a_timestamp_column_of_another_type_is_ignored_as_kafkas_sink_ignores_it(cluster, spark):
+    """Finding 10 of issue 32: a DataFrame carrying a string column named timestamp failed the
+    write; Spark's Kafka sink ignores every column it does not know. The records are written with
+    the send time, and the connector says it ignored the column."""
+    topic = fresh_topic(cluster, 1)
+    before = int(time.time() * 1000)
+    with driver_log(spark) as lines:
+        (spark.createDataFrame([("a", "yesterday"), ("b", "today")], "value string, timestamp string")
+         .write.format("raylog").option("topic", topic).save())
+    got = read_everything(cluster, topic, 2)
+    assert sorted(r.value for r in got) == [b"a", b"b"]
+    assert all(r.timestamp >= before for r in got), "the send time"
+    assert any("column 'timestamp' is string" in line and "ignored" in line for line in lines), lines
 
 
 def test_a_write_closes_each_batch_before_the_record_that_would_take_it_past_max_message_bytes(cluster, spark):
@@ -303,6 +484,9 @@ def test_read_stream_with_a_checkpoint_into_parquet_is_exactly_once_across_a_res
     assert first.exception() is None
     first_batches = data_batches(first)
     assert len(first_batches) >= 2 and all(b["numInputRows"] <= 60 for b in first_batches)
+    lag = first_batches[0]["sources"][0]["metrics"]
+    assert float(lag["avgOffsetsBehindLatest"]) > 0 and int(lag["maxOffsetsBehindLatest"]) > 0, \
+        "Kafka's lag metrics (ReportsSourceMetrics): rate-limited, the first batch ends behind the latest"
     before_restart = spark.read.parquet(out).count()
     assert 0 < before_restart <= 300
 
@@ -323,8 +507,11 @@ def test_read_stream_with_a_checkpoint_into_parquet_is_exactly_once_across_a_res
     assert all(r["v"] == f"v:{r['partition']}:{r['offset']}" for r in got)
 
     logged = sorted(int(f.name) for f in (tmp_path / "checkpoint" / "offsets").iterdir() if f.name.isdigit())
-    last = (tmp_path / "checkpoint" / "offsets" / str(logged[-1])).read_text().splitlines()
-    assert json.loads(last[-1]) == {topic: {"0": 150, "1": 150, "2": 150}}
+    last = json.loads((tmp_path / "checkpoint" / "offsets" / str(logged[-1])).read_text().splitlines()[-1])
+    raylog_part = last.pop("@raylog")
+    assert last == {topic: {"0": 150, "1": 150, "2": 150}}, "Kafka's offset JSON, as its source writes it"
+    assert raylog_part["ids"] == {topic: cluster.metadata.describe(topic).topic_id}
+    assert set(raylog_part["epochs"][topic]) == {"0", "1", "2"}, "the epoch of each partition's last record"
 
 
 def test_a_windowed_aggregation_with_a_watermark_across_batches(cluster, spark):
@@ -495,3 +682,115 @@ def test_failOnDataLoss_in_a_stream(cluster, spark, tmp_path):
         lenient.stop()
     assert lenient.exception() is None
     assert offsets_of(spark.table(name)) == [(0, o) for o in range(40, 100)]
+
+
+# --- data loss in a stream (issue 32, findings 1-3): decided in one place, never stuck, never silent ---
+
+
+def to_parquet(spark, topic: str, where, **options):
+    """A stream of ``topic``'s (partition, offset) into parquet under ``where`` (its checkpoint
+    beside): restarted with the same ``where``, it carries on where it stopped."""
+    return (load_stream(spark, topic, **options).select("partition", "offset").writeStream.format("parquet")
+            .option("path", str(where / "out")).option("checkpointLocation", str(where / "checkpoint")).start())
+
+
+def written(spark, where) -> list[tuple[int, int]]:
+    return offsets_of(spark.read.parquet(str(where / "out")))
+
+
+def run_once(query) -> None:
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert query.exception() is None
+
+
+def test_a_stream_started_past_the_log_end_warns_reads_from_the_end_once_and_restarts(cluster, spark, tmp_path):
+    """Finding 1: 10 records, startingOffsets {"t": {"0": 15}}. Before, with failOnDataLoss=false the
+    stream's first batch ended below its start and planning failed on every restart ("starting
+    offset 15 is after ending offset 10") until the checkpoint was deleted. Now the start is checked
+    against [earliest, latest] when the query starts: an error with failOnDataLoss, else a warning
+    and the log's end; the records written later at 10.. are read once, across a restart."""
+    topic = fresh_topic(cluster, 1)
+    produce_numbered(cluster, topic, [10])
+    start = json.dumps({topic: {"0": 15}})
+    strict = to_parquet(spark, topic, tmp_path / "strict", startingOffsets=start)
+    try:
+        with pytest.raises(StreamingQueryException, match="offset 15 is past the log's end 10"):
+            strict.awaitTermination(120)
+    finally:
+        strict.stop()
+
+    lenient = tmp_path / "lenient"
+    with driver_log(spark) as lines:
+        query = to_parquet(spark, topic, lenient, startingOffsets=start, failOnDataLoss="false")
+        try:
+            query.processAllAvailable()
+            produce_numbered(cluster, topic, [10], first=10)
+            query.processAllAvailable()
+        finally:
+            query.stop()
+    assert query.exception() is None
+    assert any("offset 15 is past the log's end 10" in line and "|WARN|" in line for line in lines), lines
+    assert written(spark, lenient) == [(0, o) for o in range(10, 20)]
+
+    produce_numbered(cluster, topic, [5], first=20)
+    run_once(to_parquet(spark, topic, lenient, startingOffsets=start, failOnDataLoss="false"))
+    assert written(spark, lenient) == [(0, o) for o in range(10, 25)], "the restart read on, nothing twice"
+
+
+def test_a_re_created_topic_is_reported_and_read_from_its_start(cluster, spark, tmp_path):
+    """Finding 3: a topic deleted, re-created and refilled past the stream's offset while the
+    stream was stopped. Before, the stream read on from its old offset (30) and records 0..29 of
+    the new topic were lost without a word. Now the offset carries the topic id: with
+    failOnDataLoss the restarted query fails naming the re-creation; without, it warns and reads the
+    new topic from its start."""
+    topic = fresh_topic(cluster, 1)
+    produce_numbered(cluster, topic, [30])
+    lenient, strict = tmp_path / "lenient", tmp_path / "strict"
+    run_once(to_parquet(spark, topic, lenient, startingOffsets="earliest", failOnDataLoss="false"))
+    run_once(to_parquet(spark, topic, strict, startingOffsets="earliest"))
+    cluster.admin().delete_topics([topic])
+    wait_for(lambda: topic not in cluster.admin().list_topics(), timeout_s=60)
+    cluster.admin().create_topic(topic, 1)
+    produce_numbered(cluster, topic, [40])
+
+    with driver_log(spark) as lines:
+        run_once(to_parquet(spark, topic, lenient, failOnDataLoss="false"))
+    assert written(spark, lenient) == sorted([(0, o) for o in range(30)] + [(0, o) for o in range(40)]), \
+        "the new topic read from its start"
+    assert any("deleted and created again" in line for line in lines), lines
+    query = to_parquet(spark, topic, strict)
+    try:
+        with pytest.raises(StreamingQueryException, match="deleted and created again"):
+            query.awaitTermination(120)
+    finally:
+        query.stop()
+
+
+def test_a_deleted_topic_is_reported_and_the_stream_reads_on_without_it(cluster, spark, tmp_path):
+    """Finding 3: with subscribe, deleting one of the topics failed the query whatever failOnDataLoss
+    said. Now it is data loss, as in Kafka's source: the query fails with failOnDataLoss, else
+    warns and reads the other topics on."""
+    kept, dropped = fresh_topic(cluster, 1), fresh_topic(cluster, 1)
+    produce_numbered(cluster, kept, [5])
+    produce_numbered(cluster, dropped, [5])
+    both = f"{kept},{dropped}"
+    lenient, strict = tmp_path / "lenient", tmp_path / "strict"
+    query = to_parquet(spark, both, lenient, startingOffsets="earliest", failOnDataLoss="false")
+    failing = to_parquet(spark, both, strict, startingOffsets="earliest")
+    try:
+        query.processAllAvailable()
+        failing.processAllAvailable()
+        cluster.admin().delete_topics([dropped])
+        wait_for(lambda: dropped not in cluster.admin().list_topics(), timeout_s=60)
+        produce_numbered(cluster, kept, [5], first=5)
+        with pytest.raises(StreamingQueryException, match=f"{dropped}-0: deleted"):
+            failing.awaitTermination(120)
+        query.processAllAvailable()
+    finally:
+        query.stop()
+        failing.stop()
+    assert query.exception() is None
+    assert len(written(spark, lenient)) == 15

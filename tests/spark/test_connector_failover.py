@@ -6,6 +6,7 @@ workers. Every fixture shuts Spark, then Ray and the simulated nodes, down even 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -15,6 +16,8 @@ from collections import Counter
 import pytest
 
 import spark_bridge
+from pyspark.errors import StreamingQueryException
+
 from raylog.records import TopicPartition
 from tests.integration.conftest import wait_for
 from tests.support.cluster import simulated_cluster
@@ -22,6 +25,8 @@ from tests.support.topics import fresh_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.ray, pytest.mark.cluster, pytest.mark.slow]
 
+LAG_MS = 5000
+"""A paused follower leaves the ISR this soon (the unclean election test waits for it)."""
 SPARK_HOST = "connector_spark_host"
 """A resource only the head node has, so Spark's actors run there and not beside the replicas."""
 
@@ -30,7 +35,8 @@ SPARK_HOST = "connector_spark_host"
 def sim(tmp_path_factory):
     root = tmp_path_factory.mktemp("connector-failover")
     with simulated_cluster(str(root), workers=2, head_resources={SPARK_HOST: 4}, head_cpus=3, cluster_config={
-            "auto_leader_rebalance_enable": False, "offsets_topic_num_partitions": 1}) as sim:
+            "auto_leader_rebalance_enable": False, "offsets_topic_num_partitions": 1,
+            "replica_lag_time_max_ms": LAG_MS}) as sim:
         yield sim
 
 
@@ -160,3 +166,95 @@ def test_a_write_while_the_leaders_are_killed_loses_no_row(sim, spark):
     values = Counter(r["v"] for r in got.collect())
     assert set(values) == {str(i) for i in range(rows)}, "every acknowledged row is in the topic"
     assert sum(values.values()) >= rows
+
+
+def test_a_stream_across_an_unclean_election_reports_exactly_what_was_lost_and_reads_on_once(sim, spark, tmp_path):
+    """Runs last in this module: it loses a worker node.
+
+    Issue 32, finding 1, in the fault harness: a stream read to offset 30 of a partition whose
+    follower was out of the ISR from offset 20 on; the leader's node is lost, the follower is elected
+    uncleanly (its log ends at 20) and new records fill 20..34. Before, the stream's offset (30)
+    stayed above a log that had diverged at 20: with failOnDataLoss=false it read on from 30 and
+    the new records 20..29 were never read, without a word. Now the offset's leader epoch shows
+    where the log diverged: a lenient stream warns that 20..29 were replaced and reads the new
+    records from 20, once; a strict one fails naming the divergence."""
+    cluster, admin = sim.cluster, sim.cluster.admin()
+    topic = fresh_topic(cluster, 1, replication_factor=2, unclean_leader_election_enable=True)
+    wait_for(lambda: len(admin.describe_partitions(topic)[0]["isr"]) == 2, timeout_s=60)
+    producer = cluster.producer(acks=1)
+    try:
+        producer.send_batch(topic, [b"old:%d" % i for i in range(20)], partition=0).wait(timeout=60)
+        wait_for(lambda: admin.describe_partitions(topic)[0]["high_watermark"] == 20, timeout_s=60)
+        before = admin.describe_partitions(topic)[0]
+        follower = next(r for r in admin.describe_replicas(topic, 0) if r.get("role") == "follower")
+        os.kill(follower["pid"], signal.SIGSTOP)
+        try:
+            wait_for(lambda: admin.describe_partitions(topic)[0]["isr"] == [before["leader"]],
+                     timeout_s=LAG_MS / 1000 + 60, describe=lambda: admin.describe_partitions(topic))
+            producer.send_batch(topic, [b"old:%d" % i for i in range(20, 30)], partition=0).wait(timeout=60)
+            wait_for(lambda: admin.describe_partitions(topic)[0]["high_watermark"] == 30, timeout_s=60)
+            lenient, strict = tmp_path / "lenient", tmp_path / "strict"
+            for where, fail in ((lenient, "false"), (strict, "true")):
+                run_once(stream(spark, topic, where, failOnDataLoss=fail))
+            assert values(spark, lenient) == sorted(b"old:%d" % i for i in range(30))
+            # The leader's node is lost for good (a killed actor would be restarted, and be elected
+            # cleanly again): only the stale follower is left to elect.
+            sim.remove(sim.ray_node(admin.describe_topics([topic])[0].partitions[0].leader.node_id))
+            # Resumed only once the leader's process is gone: sooner, the follower could still fetch
+            # the records it missed from it, and no record would be lost.
+            wait_for(lambda: not process_alive(before["pid"]), timeout_s=60)
+        finally:
+            os.kill(follower["pid"], signal.SIGCONT)
+        wait_for(lambda: admin.describe_partitions(topic)[0]["leader"] == follower["replica_id"], timeout_s=120,
+                 describe=lambda: admin.describe_partitions(topic))
+    finally:
+        producer.close()
+    producer = cluster.producer(acks=1)  # a new one: the old one's sequence numbers went with the lost records
+    try:
+        producer.send_batch(topic, [b"new:%d" % i for i in range(20, 35)], partition=0).wait(timeout=60)
+    finally:
+        producer.close()
+    wait_for(lambda: admin.describe_partitions(topic)[0]["high_watermark"] == 35, timeout_s=60,
+             describe=lambda: (admin.describe_partitions(topic), admin.describe_replicas(topic, 0)))
+
+    run_once(stream(spark, topic, lenient, failOnDataLoss="false"))
+    assert values(spark, lenient) == sorted([b"old:%d" % i for i in range(30)] +
+                                            [b"new:%d" % i for i in range(20, 35)]), "the new 20..34, once"
+    query = stream(spark, topic, strict, failOnDataLoss="true")
+    try:
+        with pytest.raises(StreamingQueryException, match="the log diverged at offset 20"):
+            query.awaitTermination(120)
+    finally:
+        query.stop()
+    offsets = sorted((tmp_path / "lenient" / "checkpoint" / "offsets").iterdir(), key=lambda f: int(f.name)
+                     if f.name.isdigit() else -1)
+    assert json.loads(offsets[-1].read_text().splitlines()[-1])[topic] == {"0": 35}
+
+
+def stream(spark, topic: str, where, **options):
+    """A stream of ``topic``'s values into parquet under ``where`` (restarted there, it carries on)."""
+    reader = (spark.readStream.format("raylog").option("subscribe", topic).option("startingOffsets", "earliest"))
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    return (reader.load().select("value").writeStream.format("parquet").option("path", str(where / "out"))
+            .option("checkpointLocation", str(where / "checkpoint")).start())
+
+
+def values(spark, where) -> list[bytes]:
+    return sorted(bytes(r["value"]) for r in spark.read.parquet(str(where / "out")).collect())
+
+
+def run_once(query) -> None:
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert query.exception() is None
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

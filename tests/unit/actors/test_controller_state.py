@@ -357,3 +357,17 @@ def test_a_replica_that_reopened_below_its_checkpointed_high_watermark_is_not_el
     apply(alone, alone.create_topic("t", 1, 1, {}, "id", place))
     assert alone.replica_lost_committed("t", 0, 0) == ([], None), "the only copy stays eligible"
 
+
+def test_a_topic_compacted_once_is_remembered_as_such_after_it_goes_back_to_delete():
+    """Issue 32, finding 9: its logs keep the gaps compaction left, so counting its records from
+    offsets would count records that are gone; the state remembers it, through a replay too."""
+    state, log = ControllerState(), []
+    log += apply(state, state.create_topic("t", 1, 1, {}, "id", place))[0]
+    assert not state.topics["t"].ever_compacted
+    log += apply(state, state.alter_topic_config("t", {"cleanup_policy": "compact"}, []))[0]
+    log += apply(state, state.alter_topic_config("t", {"cleanup_policy": "delete"}, []))[0]
+    assert state.topics["t"].ever_compacted
+    rebuilt = ControllerState()
+    for r in log:
+        rebuilt.replay(r)
+    assert rebuilt.topics["t"].ever_compacted

@@ -12,6 +12,8 @@ from raylog.ranges import parse_options
 from raylog.records import TopicPartition
 from spark_bridge.jvm_errors import raylog_error, raylog_errors
 from spark_bridge.planner import canonical_options
+from raylog.ranges import Position
+from spark_bridge.planner import positions, positions_json
 from spark_bridge.stream import batch_end_offsets
 
 
@@ -69,6 +71,18 @@ def test_raylog_errors_reraises_the_raylog_type_and_leaves_others_alone():
 def test_a_batchs_end_offsets_come_from_the_third_line_of_sparks_offset_log(tmp_path):
     (tmp_path / "offsets").mkdir()
     (tmp_path / "offsets" / "7").write_text("v1\n" + json.dumps({"batchWatermarkMs": 0, "conf": {}}) + "\n"
-                                            + json.dumps({"a": {"0": 12, "1": 3}, "b": {"0": 0}}))
+                                            + json.dumps({"a": {"0": 12, "1": 3}, "b": {"0": 0},
+                                                          "@raylog": {"ids": {"a": "x"}, "epochs": {"a": {"0": 2}}}}))
     assert batch_end_offsets(str(tmp_path), 7) == {
         TopicPartition("a", 0): 12, TopicPartition("a", 1): 3, TopicPartition("b", 0): 0}
+
+
+def test_stream_offsets_keep_kafkas_shape_with_raylogs_ids_and_epochs_beside_it():
+    """Issue 32, finding 3: the offset JSON carries each topic's id (a re-created topic is found)
+    and each partition's epoch (a diverged log is found), under a key no topic can be named."""
+    at = {TopicPartition("a", 0): Position(12, 2, "id-a"), TopicPartition("a", 1): Position(3, -1, "id-a"),
+          TopicPartition("b", 0): Position(0)}
+    as_json = positions_json(at)
+    assert as_json == {"a": {"0": 12, "1": 3}, "b": {"0": 0}, "@raylog": {"ids": {"a": "id-a"}, "epochs": {"a": {"0": 2}}}}
+    assert positions(json.loads(json.dumps(as_json))) == at
+    assert positions({"a": {"0": 5}}) == {TopicPartition("a", 0): Position(5)}, "Kafka's plain JSON reads as before"

@@ -138,7 +138,12 @@ public final class CodecCheck {
         for (JsonNode r : batch.get("records")) {
           e.add(bin(r.get("key")), bin(r.get("value")), r.get("timestamp").asLong(), headers(r.get("headers")));
         }
-        bytes.write(e.encode(lz4, batch.get("producer_id").asLong(), batch.get("base_sequence").asInt()));
+        byte[] encoded = e.encode(lz4, batch.get("producer_id").asLong(), batch.get("base_sequence").asInt());
+        JsonNode restamp = batch.get("restamp");  // [producer epoch, base sequence]: as RecordSender starts over
+        if (restamp != null) {
+          BatchEncoder.restamp(encoded, (short) restamp.get(0).asInt(), restamp.get(1).asInt());
+        }
+        bytes.write(encoded);
         if (!lz4) {
           println(JSON.createObjectNode().put("size", e.size()));
         }

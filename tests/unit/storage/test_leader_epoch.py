@@ -25,6 +25,15 @@ def test_end_offset_of_an_epoch_is_the_next_epochs_start_or_the_log_end(tmp_path
     assert empty.end_offset_for(0, 0) == (UNDEFINED_EPOCH, UNDEFINED_OFFSET)
 
 
+def test_the_epoch_of_an_offset_is_that_of_the_last_epoch_starting_at_or_below_it(tmp_path):
+    cache = LeaderEpochCache(tmp_path)
+    assert cache.epoch_of(0) == UNDEFINED_EPOCH
+    for epoch, start in [(1, 5), (2, 10), (5, 30)]:
+        cache.assign(epoch, start)
+    assert [cache.epoch_of(o) for o in (4, 5, 9, 10, 29, 30, 10**9)] == [UNDEFINED_EPOCH, 1, 1, 2, 2, 5, 5]
+    assert cache.epoch_of(-1) == UNDEFINED_EPOCH
+
+
 def test_the_cache_survives_reopening_and_truncation_is_checkpointed(tmp_path):
     cache = LeaderEpochCache(tmp_path)
     cache.assign(1, 0)

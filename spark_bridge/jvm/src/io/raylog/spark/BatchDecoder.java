@@ -48,6 +48,7 @@ import org.xerial.snappy.SnappyError;
 final class BatchDecoder {
   static final int HEADER_SIZE = 61;
   static final int LENGTH_POS = 8;
+  static final int LEADER_EPOCH_POS = 12;
   static final int MAGIC_POS = 16;
   static final int CRC_POS = 17;
   static final int ATTRIBUTES_POS = 21;
@@ -94,6 +95,8 @@ final class BatchDecoder {
     int size;
     long baseOffset;
     long nextOffset;
+    /** The epoch of the leader that appended it (the batch format's partitionLeaderEpoch). */
+    int leaderEpoch;
   }
 
   /** The whole batches in {@code buf}, in order (a partial trailing batch is left out). */
@@ -112,6 +115,7 @@ final class BatchDecoder {
       h.size = (int) size;
       h.baseOffset = b.getLong(pos);
       h.nextOffset = h.baseOffset + b.getInt(pos + LAST_OFFSET_DELTA_POS) + 1L;
+      h.leaderEpoch = b.getInt(pos + LEADER_EPOCH_POS);
       out.add(h);
       pos += (int) size;
     }

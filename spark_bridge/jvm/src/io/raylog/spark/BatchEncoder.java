@@ -19,6 +19,8 @@ import org.msgpack.core.MessagePack;
  * producer id and sequence so the leader appends a resent batch once.
  */
 final class BatchEncoder {
+  /** Where the batch header holds the producer epoch (int16), the base sequence (int32) after it. */
+  static final int PRODUCER_EPOCH_POS = 51;
   private static final LZ4Compressor LZ4 = LZ4Factory.fastestInstance().fastCompressor();
 
   private final Column keys = new Column();
@@ -163,6 +165,17 @@ final class BatchEncoder {
     crc.update(out, BatchDecoder.ATTRIBUTES_POS, out.length - BatchDecoder.ATTRIBUTES_POS);
     b.putInt(BatchDecoder.CRC_POS, (int) crc.getValue());
     return out;
+  }
+
+  /** {@code batch} as {@code epoch}'s batch from {@code baseSequence} (its CRC again): a sender
+   *  that starts its sequences over under a new producer epoch re-sends batches so. */
+  static void restamp(byte[] batch, short epoch, int baseSequence) {
+    ByteBuffer b = ByteBuffer.wrap(batch).order(ByteOrder.BIG_ENDIAN);
+    b.putShort(PRODUCER_EPOCH_POS, epoch);
+    b.putInt(PRODUCER_EPOCH_POS + 2, baseSequence);
+    CRC32C crc = new CRC32C();
+    crc.update(batch, BatchDecoder.ATTRIBUTES_POS, batch.length - BatchDecoder.ATTRIBUTES_POS);
+    b.putInt(BatchDecoder.CRC_POS, (int) crc.getValue());
   }
 
   private byte[] msgpackHeader(List<Bytes> buffers) {

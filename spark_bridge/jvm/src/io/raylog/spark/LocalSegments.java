@@ -55,8 +55,9 @@ final class LocalSegments implements AutoCloseable {
   private List<Long> bases = new ArrayList<>();
   private long listedGeneration = -1, listedActive = -1;
   private long hintBase = -1, hintOffset = -1, hintPosition = -1;
+  /** The high watermark and log end of the last answer. */
   long highWatermark = -1;
-  /** The high watermark of the last answer. */
+  long logEnd = -1;
 
   LocalSegments(String directory) throws IOException {
     this.directory = Path.of(directory);
@@ -113,6 +114,7 @@ final class LocalSegments implements AutoCloseable {
       return null;
     }
     highWatermark = s1.highWatermark;
+    logEnd = s1.logEnd;
     if (offset >= s1.highWatermark) {
       return new byte[0];
     }
@@ -355,6 +357,21 @@ final class LocalSegments implements AutoCloseable {
       pageChannel.close();
     } catch (IOException ignored) {
       // closing a read-only channel
+    } finally {
+      unmap(page);
+    }
+  }
+
+  /** Unmaps the page now: a MappedByteBuffer is otherwise unmapped only when the GC collects it,
+   *  which holds the file (and a deleted partition's disk space) for as long as the JVM likes. */
+  private static void unmap(MappedByteBuffer buffer) {
+    try {
+      Class<?> type = Class.forName("sun.misc.Unsafe");
+      java.lang.reflect.Field field = type.getDeclaredField("theUnsafe");
+      field.setAccessible(true);
+      type.getMethod("invokeCleaner", java.nio.ByteBuffer.class).invoke(field.get(null), buffer);
+    } catch (ReflectiveOperationException | RuntimeException e) {
+      // no Unsafe here: the GC unmaps it
     }
   }
 }

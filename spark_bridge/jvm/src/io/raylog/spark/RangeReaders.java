@@ -4,13 +4,16 @@ import com.fasterxml.jackson.databind.JsonNode;
 import io.ray.api.ObjectRef;
 import io.ray.api.PyActorHandle;
 import io.ray.api.Ray;
+import io.ray.api.exception.RayTimeoutException;
 import io.ray.api.function.PyActorMethod;
 import java.io.IOException;
 import java.io.Serializable;
 import java.util.List;
 import org.apache.arrow.memory.BufferAllocator;
-import org.apache.arrow.memory.RootAllocator;
+import org.apache.spark.TaskContext;
+import org.apache.spark.TaskKilledException;
 import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.util.ArrowUtils;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReader;
@@ -40,7 +43,9 @@ final class RangeReaders implements PartitionReaderFactory {
   static final int FETCH_WAIT_MS = 500;
   static final long STALL_TIMEOUT_MS = 120_000;
   static final long BACKOFF_MS = 200;
-  static final BufferAllocator ROOT = new RootAllocator(Long.MAX_VALUE);
+  static final long AWAIT_STEP_MS = 500;
+  /** Spark's own root allocator (ArrowUtils), so decoded batches count where Spark's Arrow does. */
+  static final BufferAllocator ROOT = ArrowUtils.rootAllocator();
 
   private final String namespace;
   private final String[] columns;
@@ -84,6 +89,7 @@ final class RangeReaders implements PartitionReaderFactory {
     transient String localDirectory;
     transient int epoch = -1;
     private long stalledSince = -1;
+    private boolean failedOnce;
 
     Leader(String namespace, RangePartition range) {
       this.namespace = namespace;
@@ -91,38 +97,75 @@ final class RangeReaders implements PartitionReaderFactory {
     }
 
     PyActorHandle get() {
+      checkInterrupted();
       if (handle == null) {
-        JsonNode found = RayCalls.planner(namespace, "leader", range.topic, range.partition);
-        name = found.get("name").asText();
+        // The leader the plan found first (no call to the planner per task), the planner's
+        // current answer after a failure.
+        RangePartition.Leader found = range.leader != null && !failedOnce ? range.leader
+            : RangePartition.Leader.of(RayCalls.planner(namespace, "leader", range.topic, range.partition));
+        name = found.name;
         handle = name.isEmpty() ? null : RayCalls.actor(name, namespace);
-        epoch = found.path("epoch").asInt(-1);
-        String node = found.path("ray_node_id").asText("");
-        String directory = found.path("directory").asText("");
+        epoch = found.epoch;
+        String node = found.rayNodeId;
+        String directory = found.directory;
         localDirectory = !node.isEmpty() && !directory.isEmpty()
             && node.equals(Ray.getRuntimeContext().getCurrentNodeId().toString()) ? directory : null;
       }
       return handle;
     }
 
+    /** A task Spark killed (a cancelled job, a speculative copy no longer needed) stops at once:
+     *  Spark sets the task's flag, and interrupts its thread only when asked to. */
+    void checkInterrupted() {
+      TaskContext task = TaskContext.get();
+      if (Thread.currentThread().isInterrupted() || (task != null && task.isInterrupted())) {
+        throw new TaskKilledException("raylog read of " + range.describe() + " cancelled");
+      }
+    }
+
     /** After a retriable failure: forget the handle (a replica Ray restarts under the same name
      *  needs a new one), wait, and fail once stalled too long. */
     void failed(String why, long read) {
       handle = null;
+      failedOnce = true;
       if (name != null && !name.isEmpty()) {
         RayCalls.forget(name, namespace);
       }
       waited(why, read);
+      pause(BACKOFF_MS);
+    }
+
+    /** A call's answer, waited for in short steps so a killed task stops within a second rather
+     *  than when the call times out (Ray's get is not interruptible); RayTimeoutException after
+     *  {@code timeoutMs}. */
+    Object await(ObjectRef<Object> ref, long timeoutMs) {
+      long deadline = System.currentTimeMillis() + timeoutMs;
+      while (true) {
+        checkInterrupted();
+        long left = deadline - System.currentTimeMillis();
+        try {
+          return ref.get(Math.max(1, Math.min(AWAIT_STEP_MS, left)));
+        } catch (RayTimeoutException e) {
+          if (left <= AWAIT_STEP_MS) {
+            throw e;
+          }
+        }
+      }
+    }
+
+    void pause(long ms) {
       try {
-        Thread.sleep(BACKOFF_MS);
+        Thread.sleep(ms);
       } catch (InterruptedException e) {
         Thread.currentThread().interrupt();
-        throw new RaylogSparkException("KafkaTimeoutError", "interrupted while reading " + range.describe());
       }
+      checkInterrupted();
     }
 
     /** A call that brought nothing new (a leader whose high watermark is behind the range's end):
      *  fails once nothing has come for STALL_TIMEOUT_MS. */
     void waited(String why, long read) {
+      checkInterrupted();
       long now = System.currentTimeMillis();
       if (stalledSince < 0) {
         stalledSince = now;
@@ -137,10 +180,16 @@ final class RangeReaders implements PartitionReaderFactory {
       stalledSince = -1;
     }
 
-    RaylogSparkException gone(long offset, RayCalls.ReplicaError e) {
-      return new RaylogSparkException("OffsetOutOfRangeError", range.topic + "-" + range.partition + ": offset "
-          + offset + " of the range [" + range.from + ", " + range.until + ") is gone (log start " + e.logStart
-          + ", end " + e.logEnd + "); set failOnDataLoss=false to skip");
+    /** The part of [offset, until) the log still holds, as the planner decides it for every read
+     *  (raylog.ranges.place: records removed, a log truncated or diverged, a topic re-created):
+     *  {from, until}, what was lost logged; with failOnDataLoss a loss fails the task instead. */
+    long[] readable(long offset, long until, boolean failOnDataLoss) {
+      JsonNode answer = RayCalls.planner(namespace, "remaining", range.topic, range.partition, offset, until,
+          range.untilEpoch, range.topicId, failOnDataLoss);
+      for (JsonNode w : answer.path("warnings")) {
+        LOG.warn("{}: {} (failOnDataLoss=false)", range.describe(), w.asText());
+      }
+      return new long[] {answer.get("from").asLong(), answer.get("until").asLong()};
     }
   }
 
@@ -165,6 +214,8 @@ final class RangeReaders implements PartitionReaderFactory {
     private long records;
     private LocalSegments local;
     private String localDirectory;
+    /** Where the range ends: its planned end, or less once the planner found the log lost the rest. */
+    private long end;
 
     ColumnarReader(RangePartition range, Leader leader, String[] columns, boolean failOnDataLoss) {
       this.range = range;
@@ -173,6 +224,7 @@ final class RangeReaders implements PartitionReaderFactory {
       this.allocator = ROOT.newChildAllocator(range.describe(), 0, Long.MAX_VALUE);
       this.decoder = new BatchDecoder(range.topic, range.partition, columns, allocator);
       this.offset = range.from;
+      this.end = range.until;
     }
 
     @Override
@@ -184,15 +236,25 @@ final class RangeReaders implements PartitionReaderFactory {
       while (true) {
         while (headers != null && nextHeader < headers.size()) {
           BatchDecoder.Header h = headers.get(nextHeader++);
-          if (h.baseOffset >= range.until) {
-            offset = range.until;  // compaction left nothing more in the range
+          if (h.baseOffset >= end) {
+            offset = end;  // compaction left nothing more in the range
             break;
           }
           if (h.nextOffset <= offset) {
             continue;
           }
+          if (range.untilEpoch >= 0 && h.leaderEpoch > range.untilEpoch) {
+            // A leader later than the one that wrote the range's last record wrote inside it: the
+            // log diverged from what was planned (an unclean election); the planner says where.
+            String why = "a batch of leader epoch " + h.leaderEpoch + " at " + h.baseOffset;
+            if (!recheck()) {
+              leader.failed(why, offset - range.from);
+            }
+            headers = null;
+            break;
+          }
           long began = System.nanoTime();
-          BatchDecoder.Decoded d = decoder.decode(bytes, h, offset, range.until);
+          BatchDecoder.Decoded d = decoder.decode(bytes, h, offset, end);
           decodeNs += System.nanoTime() - began;
           offset = Math.max(offset, h.nextOffset);
           if (d != null) {
@@ -203,7 +265,7 @@ final class RangeReaders implements PartitionReaderFactory {
         }
         headers = null;
         bytes = null;
-        if (offset >= range.until) {
+        if (offset >= end) {
           return false;
         }
         fetch();
@@ -226,7 +288,28 @@ final class RangeReaders implements PartitionReaderFactory {
         return null;
       }
       int size = fetchedBytes == 0 ? FIRST_FETCH_BYTES : FETCH_BYTES;
-      return actor.task(PyActorMethod.of("fetch_bytes", Object.class), at, size, FETCH_WAIT_MS).remote();
+      // At the leader epoch the controller gave: only the partition's current leader answers, so a
+      // log end below the range's is a log that lost records, not a deposed leader behind.
+      return actor.task(PyActorMethod.of("fetch_bytes", Object.class), at, size, FETCH_WAIT_MS, leader.epoch)
+          .remote();
+    }
+
+    /** The log changed under the range (records gone, its end below the range's, a later leader's
+     *  batch inside it): the planner says what is still to be read. False when nothing changed: the
+     *  caller backs off and reads again (a leader that moved meanwhile), failing once stalled. */
+    private boolean recheck() {
+      long[] part = leader.readable(offset, end, failOnDataLoss);
+      long from = Math.max(offset, part[0]);
+      long until = Math.min(end, part[1]);
+      if (from == offset && until == end) {
+        return false;
+      }
+      offset = from;
+      end = Math.max(from, until);
+      headers = null;
+      bytes = null;
+      ahead = null;
+      return true;
     }
 
     /** On the leader's node: its batches from {@code offset}, read from its files (empty while its
@@ -261,13 +344,15 @@ final class RangeReaders implements PartitionReaderFactory {
       if (read != null) {
         List<BatchDecoder.Header> found = BatchDecoder.headers(read);
         if (found.isEmpty()) {
+          if (local.logEnd < end) {
+            if (!recheck()) {
+              leader.failed("the log ends at " + local.logEnd + ", below the range's end", offset - range.from);
+            }
+            return;
+          }
           leader.waited("the leader's high watermark " + local.highWatermark + " is below the range's end",
               offset - range.from);
-          try {
-            Thread.sleep(1);
-          } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-          }
+          leader.pause(1);
           return;
         }
         leader.progressed();
@@ -281,7 +366,7 @@ final class RangeReaders implements PartitionReaderFactory {
         local.close();
         local = null;
       }
-      Object[] answer;
+      RayCalls.FetchReply answer;
       long began = System.nanoTime();
       try {
         ObjectRef<Object> ref = ahead != null && aheadOffset == offset ? ahead : call(offset);
@@ -290,7 +375,7 @@ final class RangeReaders implements PartitionReaderFactory {
           leader.failed("the partition has no leader", offset - range.from);
           return;
         }
-        answer = (Object[]) ref.get(FETCH_WAIT_MS + 60_000L);
+        answer = new RayCalls.FetchReply(leader.await(ref, FETCH_WAIT_MS + 60_000L));
       } catch (RaylogSparkException e) {
         throw e;
       } catch (RuntimeException e) {
@@ -300,23 +385,13 @@ final class RangeReaders implements PartitionReaderFactory {
       } finally {
         fetchWaitNs += System.nanoTime() - began;
       }
-      RayCalls.ReplicaError error = RayCalls.error(answer[4]);
+      RayCalls.ReplicaError error = answer.error;
       if (error != null) {
         if (error.type.equals("OffsetOutOfRangeError")) {
-          if (!failOnDataLoss && offset < error.logStart) {
-            LOG.warn("{}-{}: records {}..{} were removed while being read; skipping to {} (failOnDataLoss=false)",
-                range.topic, range.partition, offset, error.logStart - 1, error.logStart);
-            offset = error.logStart;
-            return;
+          if (!recheck()) {
+            leader.failed(error.message, offset - range.from);
           }
-          if (!failOnDataLoss && offset > error.logEnd && error.logEnd >= 0) {
-            LOG.warn("{}-{}: the log now ends at {}, before {} (truncated or re-created); the range [{}, {}) ends "
-                + "there (failOnDataLoss=false)", range.topic, range.partition, error.logEnd, offset, range.from,
-                range.until);
-            offset = range.until;
-            return;
-          }
-          throw leader.gone(offset, error);
+          return;
         }
         if (!error.retriable) {
           throw error.raise();
@@ -324,18 +399,26 @@ final class RangeReaders implements PartitionReaderFactory {
         leader.failed(error.message, offset - range.from);
         return;
       }
-      byte[] fetched = (byte[]) answer[0];
+      byte[] fetched = answer.records;
       List<BatchDecoder.Header> found = BatchDecoder.headers(fetched);
       if (found.isEmpty()) {
-        // The high watermark is behind the range's end (a new leader catching up): ask again.
-        leader.waited("the leader's high watermark " + RayCalls.asLong(answer[1]) + " is below the range's end",
+        // Below the range's end: the high watermark of a new leader catching up (ask again), or,
+        // when the current leader's log itself ends below it, records lost (the planner decides).
+        long logEnd = answer.logEnd;
+        if (logEnd < end) {
+          if (!recheck()) {
+            leader.failed("the log ends at " + logEnd + ", below the range's end", offset - range.from);
+          }
+          return;
+        }
+        leader.waited("the leader's high watermark " + answer.highWatermark + " is below the range's end",
             offset - range.from);
         return;
       }
       leader.progressed();
       fetchedBytes += fetched.length;
       long next = Math.max(offset, found.get(found.size() - 1).nextOffset);
-      if (next < range.until && leader.localDirectory == null) {
+      if (next < end && leader.localDirectory == null) {
         try {
           ahead = call(next);
           aheadOffset = next;
@@ -350,14 +433,24 @@ final class RangeReaders implements PartitionReaderFactory {
 
     @Override
     public void close() {
-      if (current != null) {
-        current.close();
-        current = null;
+      // Each step runs whatever the one before threw: the allocator is Spark's to account.
+      try {
+        if (current != null) {
+          current.close();
+          current = null;
+        }
+      } finally {
+        try {
+          if (local != null) {
+            local.close();
+          }
+        } finally {
+          // Ray's Java API cannot free an object: the prefetched answer leaves Ray's object store
+          // when the JVM collects its reference, dropped here.
+          ahead = null;
+          allocator.close();
+        }
       }
-      if (local != null) {
-        local.close();
-      }
-      allocator.close();
     }
   }
 
@@ -384,39 +477,38 @@ final class RangeReaders implements PartitionReaderFactory {
         return true;
       }
       while (true) {
-        Object[] answer;
+        RayCalls.FetchReply answer;
         try {
           PyActorHandle actor = leader.get();
           if (actor == null) {
             leader.failed("the partition has no leader", 0);
             continue;
           }
-          answer = (Object[]) actor.task(PyActorMethod.of("fetch_bytes", Object.class), range.from, 1, 0).remote()
-              .get(60_000L);
+          answer = new RayCalls.FetchReply(leader.await(actor.task(PyActorMethod.of("fetch_bytes", Object.class),
+              range.from, 1, 0, leader.epoch).remote(), 60_000L));
         } catch (RaylogSparkException e) {
           throw e;
         } catch (RuntimeException e) {
           leader.failed(String.valueOf(e.getMessage()), 0);
           continue;
         }
-        RayCalls.ReplicaError error = RayCalls.error(answer[4]);
-        long start = range.from;
-        if (error != null) {
-          if (!error.type.equals("OffsetOutOfRangeError")) {
-            if (!error.retriable) {
-              throw error.raise();
-            }
-            leader.failed(error.message, 0);
-            continue;
+        RayCalls.ReplicaError error = answer.error;
+        if (error != null && !error.type.equals("OffsetOutOfRangeError")) {
+          if (!error.retriable) {
+            throw error.raise();
           }
-          if (failOnDataLoss || range.from >= error.logStart) {
-            throw leader.gone(range.from, error);
-          }
-          LOG.warn("{}-{}: records {}..{} are gone; counting from {} (failOnDataLoss=false)", range.topic,
-              range.partition, range.from, error.logStart - 1, error.logStart);
-          start = error.logStart;
+          leader.failed(error.message, 0);
+          continue;
         }
-        row = new GenericInternalRow(new Object[] {Math.max(0, range.until - start)});
+        long start = range.from;
+        long until = range.until;
+        if (error != null || answer.logEnd < range.until) {
+          // Records gone, or the log ending below the range: count what the planner says is left.
+          long[] part = leader.readable(range.from, range.until, failOnDataLoss);
+          start = part[0];
+          until = Math.min(range.until, part[1]);
+        }
+        row = new GenericInternalRow(new Object[] {Math.max(0, until - start)});
         return true;
       }
     }

@@ -102,34 +102,72 @@ final class RayCalls {
     }
   }
 
-  /** A raylog error a replica answered in the last slot of a cross-language call, or null. */
-  static ReplicaError error(Object slot) {
-    Object[] fields = (Object[]) slot;
-    if (fields == null || fields.length == 0) {
-      return null;
-    }
-    return new ReplicaError((String) fields[0], (String) fields[1], asLong(fields[2]) != 0, asLong(fields[3]),
-        asLong(fields[4]));
+  /** Where {@code name} is in a reply whose fields are {@code fields} (raylog.protocol's NamedTuple
+   *  of the same names, in the same order: tests/unit/bridge/test_cross_language_replies.py). */
+  private static int at(String[] fields, String name) {
+    return java.util.Arrays.asList(fields).indexOf(name);
   }
 
   static long asLong(Object o) {
     return ((Number) o).longValue();
   }
 
-  /** What a replica refused a fetch or produce with (raylog's error, by class name). */
+  /** A replica's fetch_bytes answer (raylog.protocol.FetchBytesReply). */
+  static final class FetchReply {
+    static final String[] FIELDS = {"records", "high_watermark", "log_start", "log_end", "error"};
+    final byte[] records;
+    final long highWatermark;
+    final long logStart;
+    final long logEnd;
+    /** Null when the fetch succeeded. */
+    final ReplicaError error;
+
+    FetchReply(Object answer) {
+      Object[] a = (Object[]) answer;
+      records = (byte[]) a[at(FIELDS, "records")];
+      highWatermark = asLong(a[at(FIELDS, "high_watermark")]);
+      logStart = asLong(a[at(FIELDS, "log_start")]);
+      logEnd = asLong(a[at(FIELDS, "log_end")]);
+      error = ReplicaError.of(a[at(FIELDS, "error")]);
+    }
+  }
+
+  /** A replica's produce_bytes answer (raylog.protocol.ProduceBytesReply). */
+  static final class ProduceReply {
+    static final String[] FIELDS = {"base_offset", "error"};
+    final long baseOffset;
+    /** Null when the batch was appended. */
+    final ReplicaError error;
+
+    ProduceReply(Object answer) {
+      Object[] a = (Object[]) answer;
+      baseOffset = asLong(a[at(FIELDS, "base_offset")]);
+      error = ReplicaError.of(a[at(FIELDS, "error")]);
+    }
+  }
+
+  /** What a replica refused a fetch or produce with (raylog.protocol.ErrorReply: raylog's error,
+   *  by class name). */
   static final class ReplicaError {
+    static final String[] FIELDS = {"error_class", "message", "retriable", "log_start", "log_end"};
     final String type;
     final String message;
     final boolean retriable;
     final long logStart;
     final long logEnd;
 
-    ReplicaError(String type, String message, boolean retriable, long logStart, long logEnd) {
-      this.type = type;
-      this.message = message;
-      this.retriable = retriable;
-      this.logStart = logStart;
-      this.logEnd = logEnd;
+    private ReplicaError(Object[] f) {
+      type = (String) f[at(FIELDS, "error_class")];
+      message = (String) f[at(FIELDS, "message")];
+      retriable = asLong(f[at(FIELDS, "retriable")]) != 0;
+      logStart = asLong(f[at(FIELDS, "log_start")]);
+      logEnd = asLong(f[at(FIELDS, "log_end")]);
+    }
+
+    /** The error in a reply's error field, or null ([]: none). */
+    static ReplicaError of(Object slot) {
+      Object[] fields = (Object[]) slot;
+      return fields == null || fields.length == 0 ? null : new ReplicaError(fields);
     }
 
     RaylogSparkException raise() {

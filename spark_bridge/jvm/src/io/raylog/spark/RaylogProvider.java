@@ -2,6 +2,8 @@ package io.raylog.spark;
 
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
+import org.apache.spark.rdd.RDD;
+import org.apache.spark.sql.Column;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.SQLContext;
@@ -13,6 +15,8 @@ import org.apache.spark.sql.connector.expressions.Transform;
 import org.apache.spark.sql.sources.BaseRelation;
 import org.apache.spark.sql.sources.CreatableRelationProvider;
 import org.apache.spark.sql.sources.DataSourceRegister;
+import org.apache.spark.sql.sources.PrunedScan;
+import org.apache.spark.sql.sources.RelationProvider;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 import org.apache.spark.util.LongAccumulator;
@@ -22,7 +26,8 @@ import scala.collection.JavaConverters;
  * {@code format("raylog")}: Spark's Kafka source and sink, options and columns, over raylog's
  * replicas. Registered under the short name "raylog" (META-INF/services).
  */
-public final class RaylogProvider implements TableProvider, DataSourceRegister, CreatableRelationProvider {
+public final class RaylogProvider implements TableProvider, DataSourceRegister, CreatableRelationProvider,
+    RelationProvider {
   private static final Map<String, Long> WRITTEN = new ConcurrentHashMap<>();
 
   @Override
@@ -81,6 +86,50 @@ public final class RaylogProvider implements TableProvider, DataSourceRegister, 
         return schema;
       }
     };
+  }
+
+  /** A table of Spark's session catalog ({@code CREATE TABLE t USING raylog OPTIONS (...)}, then
+   *  {@code SELECT}): Spark reads such tables through the V1 API, as it reads Kafka's (a
+   *  RelationProvider too). Each scan is the V2 read of the same options, planned when it runs
+   *  (the latest offsets then), with the columns the query needs. */
+  @Override
+  public BaseRelation createRelation(SQLContext sqlContext, scala.collection.immutable.Map<String, String> parameters) {
+    Map<String, String> options = new java.util.HashMap<>(JavaConverters.mapAsJavaMap(parameters));
+    options.remove("path");
+    StructType schema = inferSchema(new CaseInsensitiveStringMap(options));
+    return new CatalogRelation(sqlContext, options, schema);
+  }
+
+  private static final class CatalogRelation extends BaseRelation implements PrunedScan {
+    private final SQLContext sqlContext;
+    private final Map<String, String> options;
+    private final StructType schema;
+
+    CatalogRelation(SQLContext sqlContext, Map<String, String> options, StructType schema) {
+      this.sqlContext = sqlContext;
+      this.options = options;
+      this.schema = schema;
+    }
+
+    @Override
+    public SQLContext sqlContext() {
+      return sqlContext;
+    }
+
+    @Override
+    public StructType schema() {
+      return schema;
+    }
+
+    @Override
+    public RDD<Row> buildScan(String[] requiredColumns) {
+      Dataset<Row> all = sqlContext.sparkSession().read().format("raylog").options(options).load();
+      Column[] columns = new Column[requiredColumns.length];
+      for (int i = 0; i < columns.length; i++) {
+        columns[i] = all.col(requiredColumns[i]);
+      }
+      return all.select(columns).rdd();
+    }
   }
 
   /** How many records the write given option raylog.write_id=id sent (spark_bridge.write's answer). */

@@ -209,7 +209,8 @@ final class RaylogScanBuilder implements ScanBuilder, SupportsPushDownRequiredCo
       long from = Math.max(r.from, lowOffset);
       long until = Math.min(r.until, highOffset);
       if (until > from) {
-        ranges.add(new RangePartition(r.topic, r.partition, from, until, r.host));
+        ranges.add(new RangePartition(r.topic, r.partition, from, until, r.host,
+            until == r.until ? r.untilEpoch : -1, r.topicId, r.leader));
       }
     }
     return ranges;
@@ -244,8 +245,9 @@ final class RaylogScanBuilder implements ScanBuilder, SupportsPushDownRequiredCo
   static List<RangePartition> ranges(JsonNode ranges) {
     List<RangePartition> out = new ArrayList<>();
     for (JsonNode r : ranges) {
-      out.add(new RangePartition(r.get(0).asText(), r.get(1).asInt(), r.get(2).asLong(), r.get(3).asLong(),
-          r.get(4).asText()));
+      out.add(new RangePartition(r.get("topic").asText(), r.get("partition").asInt(), r.get("from").asLong(),
+          r.get("until").asLong(), r.path("leader").path("host").asText(""), r.path("until_epoch").asInt(-1),
+          r.path("topic_id").asText(""), RangePartition.Leader.of(r.get("leader"))));
     }
     return out;
   }
@@ -301,7 +303,7 @@ final class RaylogScanBuilder implements ScanBuilder, SupportsPushDownRequiredCo
         ranges = builder.ranges();
         if (builder.countOnly && ranges.isEmpty()) {
           // Spark sums the ranges' counts; with no range at all that sum would be NULL, not 0.
-          ranges = java.util.Collections.singletonList(new RangePartition("", 0, 0, 0, ""));
+          ranges = java.util.Collections.singletonList(new RangePartition("", 0, 0, 0, "", -1, "", null));
         }
       }
       return ranges.toArray(new InputPartition[0]);

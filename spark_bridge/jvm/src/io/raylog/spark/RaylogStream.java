@@ -3,12 +3,11 @@ package io.raylog.spark;
 import com.fasterxml.jackson.databind.JsonNode;
 import java.io.IOException;
 import java.io.InputStream;
-import java.io.OutputStream;
 import java.nio.charset.StandardCharsets;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
 import java.util.TreeMap;
-import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.connector.read.InputPartition;
@@ -19,7 +18,9 @@ import org.apache.spark.sql.connector.read.streaming.Offset;
 import org.apache.spark.sql.connector.read.streaming.ReadLimit;
 import org.apache.spark.sql.connector.read.streaming.ReadMaxRows;
 import org.apache.spark.sql.connector.read.streaming.ReadMinRows;
+import org.apache.spark.sql.connector.read.streaming.ReportsSourceMetrics;
 import org.apache.spark.sql.connector.read.streaming.SupportsTriggerAvailableNow;
+import org.apache.spark.sql.execution.streaming.CheckpointFileManager;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -32,7 +33,7 @@ import org.slf4j.LoggerFactory;
  * Admission: maxOffsetsPerTrigger (shared by lag), minOffsetsPerTrigger with maxTriggerDelay,
  * and Trigger.AvailableNow (everything present when the query starts, in batches).
  */
-final class RaylogStream implements MicroBatchStream, SupportsTriggerAvailableNow {
+final class RaylogStream implements MicroBatchStream, SupportsTriggerAvailableNow, ReportsSourceMetrics {
   private static final Logger LOG = LoggerFactory.getLogger(RaylogStream.class);
   static final String INITIAL_OFFSETS_FILE = "raylog-initial-offsets.json";
 
@@ -55,21 +56,26 @@ final class RaylogStream implements MicroBatchStream, SupportsTriggerAvailableNo
   public Offset initialOffset() {
     Path file = new Path(checkpointLocation, INITIAL_OFFSETS_FILE);
     try {
-      FileSystem fs = file.getFileSystem(SparkSession.active().sessionState().newHadoopConf());
-      if (fs.exists(file)) {
-        try (InputStream in = fs.open(file)) {
+      // Spark's own checkpoint file manager, as the Kafka source's HDFSMetadataLog: written
+      // atomically on any Hadoop filesystem (a rename where the store has one, else its own way).
+      CheckpointFileManager files = CheckpointFileManager.create(new Path(checkpointLocation),
+          SparkSession.active().sessionState().newHadoopConf());
+      if (files.exists(file)) {
+        try (InputStream in = files.open(file)) {
           return RaylogOffset.parse(new String(in.readAllBytes(), StandardCharsets.UTF_8));
         }
       }
-      RaylogOffset start = RaylogOffset.of(
-          RayCalls.planner(options.namespace, "start_offsets", options.plannerJson()).get("offsets"));
-      Path tmp = new Path(checkpointLocation, "." + INITIAL_OFFSETS_FILE + ".tmp");
-      fs.mkdirs(new Path(checkpointLocation));
-      try (OutputStream out = fs.create(tmp, true)) {
+      JsonNode answer = RayCalls.planner(options.namespace, "start_offsets", options.plannerJson());
+      warn(answer);
+      RaylogOffset start = RaylogOffset.of(answer.get("offsets"));
+      files.mkdirs(new Path(checkpointLocation));
+      CheckpointFileManager.CancellableFSDataOutputStream out = files.createAtomic(file, false);
+      try {
         out.write(start.json().getBytes(StandardCharsets.UTF_8));
-      }
-      if (!fs.rename(tmp, file)) {
-        throw new IOException("could not rename " + tmp + " to " + file);
+        out.close();
+      } catch (IOException | RuntimeException e) {
+        out.cancel();
+        throw e;
       }
       LOG.info("raylog stream starts at {}", start.json());
       return start;
@@ -104,9 +110,13 @@ final class RaylogStream implements MicroBatchStream, SupportsTriggerAvailableNo
   @Override
   public Offset latestOffset(Offset startOffset, ReadLimit limit) {
     RaylogOffset start = (RaylogOffset) startOffset;
-    JsonNode answer = RayCalls.planner(options.namespace, "latest_offsets", options.plannerJson());
+    // Where each partition carries on and what was lost getting there (a log truncated or diverged
+    // below the stream, a topic re-created or deleted, records removed) are the planner's one
+    // decision (raylog.ranges.place), an error here when failOnDataLoss is on.
+    JsonNode answer = RayCalls.planner(options.namespace, "next_offsets", options.plannerJson(), start.json());
+    warn(answer);
+    RaylogOffset begins = RaylogOffset.of(answer.get("start"));
     RaylogOffset latest = RaylogOffset.of(answer.get("latest"));
-    RaylogOffset earliest = RaylogOffset.of(answer.get("earliest"));
     latestSeen = latest;
     TreeMap<String, TreeMap<Integer, Long>> from = new TreeMap<>();
     TreeMap<String, TreeMap<Integer, Long>> until = new TreeMap<>();
@@ -115,25 +125,8 @@ final class RaylogStream implements MicroBatchStream, SupportsTriggerAvailableNo
       for (Map.Entry<Integer, Long> p : t.getValue().entrySet()) {
         String topic = t.getKey();
         int partition = p.getKey();
-        long low = earliest.get(topic, partition);
-        long high = p.getValue();
-        Long begin = start.get(topic, partition);
-        if (begin == null) {
-          begin = low;  // a partition added since: from its start, as Kafka's source
-        } else if (begin > high) {
-          // The log ends before where the stream is: truncated (an unclean election) or re-created.
-          String what = topic + "-" + partition + ": the stream is at offset " + begin + " but the log now ends at "
-              + high + " (truncated or re-created)";
-          if (options.failOnDataLoss) {
-            throw new RaylogSparkException("OffsetOutOfRangeError", what + "; set failOnDataLoss=false to read it "
-                + "from its start");
-          }
-          LOG.warn("raylog stream: {}; reading it from its start {} (failOnDataLoss=false)", what, low);
-          begin = low;
-        } else if (begin < low && !options.failOnDataLoss) {
-          begin = low;  // retention removed [begin, low): the batch's limit counts what can be read
-        }
-        long end = high;
+        long begin = begins.get(topic, partition);
+        long end = p.getValue();
         if (availableNow != null) {
           Long cap = availableNow.get(topic, partition);
           end = cap == null ? begin : Math.min(end, cap);
@@ -164,7 +157,26 @@ final class RaylogStream implements MicroBatchStream, SupportsTriggerAvailableNo
     if (max != null && total > max.maxRows()) {
       share(from, until, total, max.maxRows());
     }
-    return new RaylogOffset(until);
+    // Each end keeps the epoch of the record before it where the planner knows it (the high
+    // watermark, or an unmoved start); an end cut short by a read limit has none.
+    RaylogOffset end = new RaylogOffset(new TreeMap<>(), new TreeMap<>(), latest.ids);
+    for (Map.Entry<String, TreeMap<Integer, Long>> t : until.entrySet()) {
+      for (Map.Entry<Integer, Long> p : t.getValue().entrySet()) {
+        String topic = t.getKey();
+        int partition = p.getKey();
+        long at = p.getValue();
+        long epoch = at == latest.get(topic, partition) ? latest.epoch(topic, partition)
+            : at == begins.get(topic, partition) ? begins.epoch(topic, partition) : -1;
+        end.put(topic, partition, at, epoch);
+      }
+    }
+    return end;
+  }
+
+  private static void warn(JsonNode answer) {
+    for (JsonNode w : answer.path("warnings")) {
+      LOG.warn("raylog stream: {} (failOnDataLoss=false)", w.asText());
+    }
   }
 
   /** Cuts each partition's share of {@code limit} records in proportion to its lag (Kafka's rateLimit). */
@@ -186,13 +198,40 @@ final class RaylogStream implements MicroBatchStream, SupportsTriggerAvailableNo
     return latestSeen;
   }
 
+  /** The Kafka source's lag metrics in each progress report: how far the last batch's end is
+   *  behind the latest offsets seen, per partition (min, max, avg). */
+  @Override
+  public Map<String, String> metrics(Optional<Offset> latestConsumedOffset) {
+    if (latestSeen == null || !latestConsumedOffset.isPresent()) {
+      return Map.of();
+    }
+    RaylogOffset consumed = (RaylogOffset) latestConsumedOffset.get();
+    long min = Long.MAX_VALUE;
+    long max = 0;
+    long sum = 0;
+    int n = 0;
+    for (Map.Entry<String, TreeMap<Integer, Long>> t : latestSeen.offsets.entrySet()) {
+      for (Map.Entry<Integer, Long> p : t.getValue().entrySet()) {
+        Long at = consumed.get(t.getKey(), p.getKey());
+        long behind = Math.max(0, p.getValue() - (at == null ? 0 : at));
+        min = Math.min(min, behind);
+        max = Math.max(max, behind);
+        sum += behind;
+        n++;
+      }
+    }
+    if (n == 0) {
+      return Map.of();
+    }
+    return Map.of("minOffsetsBehindLatest", Long.toString(min), "maxOffsetsBehindLatest", Long.toString(max),
+        "avgOffsetsBehindLatest", Double.toString((double) sum / n));
+  }
+
   @Override
   public InputPartition[] planInputPartitions(Offset start, Offset end) {
     JsonNode answer = RayCalls.planner(options.namespace, "plan_between", options.plannerJson(),
         ((RaylogOffset) start).json(), ((RaylogOffset) end).json());
-    for (JsonNode w : answer.path("warnings")) {
-      LOG.warn("raylog stream: {}", w.asText());
-    }
+    warn(answer);
     List<RangePartition> ranges = RaylogScanBuilder.ranges(answer.get("ranges"));
     return ranges.toArray(new InputPartition[0]);
   }

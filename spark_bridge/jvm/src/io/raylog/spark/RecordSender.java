@@ -24,8 +24,10 @@ import org.apache.spark.sql.connector.write.WriterCommitMessage;
  * producer (a random 62-bit id, as raylog's Python producer, and a sequence per partition): a
  * batch refused with a retriable error (a leader change, too few in-sync replicas) or whose
  * answer was lost is resent, the same bytes, to the new leader until delivery_timeout_ms, and
- * appended once. Anything else fails the task; Spark runs it again under a new producer id, so
- * a write is at-least-once across task attempts, as Spark's Kafka sink.
+ * appended once; a sequence gap for good (a leader elected without batches acks=1 acknowledged)
+ * starts the partition's sequences over under a new producer epoch. Anything else fails the
+ * task; Spark runs it again under a new producer id, so a write is at-least-once across task
+ * attempts (and speculative copies), as Spark's Kafka sink.
  */
 final class RecordSender implements DataWriter<InternalRow> {
   static final int MAX_IN_FLIGHT = 5;
@@ -39,9 +41,13 @@ final class RecordSender implements DataWriter<InternalRow> {
   private final Map<String, BatchEncoder> open = new HashMap<>();
   private final Map<String, PyActorHandle> leaders = new HashMap<>();
   private final Map<String, Integer> sequences = new HashMap<>();
+  /** Per partition, the producer epoch its batches carry (bumped when its sequences start over). */
+  private final Map<String, Short> epochs = new HashMap<>();
   private final ArrayDeque<InFlight> inFlight = new ArrayDeque<>();
   private final long producerId = new java.security.SecureRandom().nextLong() >>> 2;
   private long written;
+  /** What the open batches hold together (their size() bounds), kept under buffer_memory. */
+  private long openBytes;
 
   RecordSender(SinkSpec spec) {
     this.spec = spec;
@@ -53,14 +59,17 @@ final class RecordSender implements DataWriter<InternalRow> {
     final byte[] batch;
     final int records;
     final long deadline;
+    /** The producer epoch in the batch's header now. */
+    short epoch;
     ObjectRef<Object> answer;
 
-    InFlight(String topic, int partition, byte[] batch, int records, long deadline) {
+    InFlight(String topic, int partition, byte[] batch, int records, long deadline, short epoch) {
       this.topic = topic;
       this.partition = partition;
       this.batch = batch;
       this.records = records;
       this.deadline = deadline;
+      this.epoch = epoch;
     }
   }
 
@@ -110,6 +119,9 @@ final class RecordSender implements DataWriter<InternalRow> {
           + "headers) does not fit a batch of topic '" + topic + "', whose max_message_bytes is "
           + maxMessageBytes.get(topic));
     }
+    if (openBytes + recordSize > spec.bufferMemory) {
+      makeRoom(recordSize);
+    }
     String tp = topic + "\u0000" + partition;
     BatchEncoder batch = open.get(tp);
     if (batch != null && batch.size() + recordSize > batchLimits.get(topic)) {
@@ -132,8 +144,11 @@ final class RecordSender implements DataWriter<InternalRow> {
     if (batch == null) {
       batch = new BatchEncoder();
       open.put(tp, batch);
+      openBytes += batch.size();
     }
+    long before = batch.size();
     batch.add(key, value, timestamp, headers);
+    openBytes += batch.size() - before;
     if (batch.size() >= batchLimits.get(topic)) {
       open.remove(tp);
       send(topic, partition, batch);
@@ -182,12 +197,34 @@ final class RecordSender implements DataWriter<InternalRow> {
     return n;
   }
 
+  /** Sends the largest open batches until {@code needed} more bytes fit buffer_memory (Kafka's
+   *  producer blocks for room instead; a task sending its fullest batch early is the same bound). */
+  private void makeRoom(long needed) {
+    while (openBytes + needed > spec.bufferMemory && !open.isEmpty()) {
+      Map.Entry<String, BatchEncoder> largest = null;
+      for (Map.Entry<String, BatchEncoder> e : open.entrySet()) {
+        if (largest == null || e.getValue().size() > largest.getValue().size()) {
+          largest = e;
+        }
+      }
+      String[] tp = largest.getKey().split("\u0000");
+      open.remove(largest.getKey());
+      send(tp[0], Integer.parseInt(tp[1]), largest.getValue());
+    }
+  }
+
   private void send(String topic, int partition, BatchEncoder batch) {
+    openBytes -= batch.size();
     String tp = topic + "\u0000" + partition;
     int sequence = sequences.getOrDefault(tp, 0);
     sequences.put(tp, sequence + batch.count());
-    InFlight f = new InFlight(topic, partition, batch.encode(spec.lz4, producerId, sequence), batch.count(),
-        System.currentTimeMillis() + spec.timeoutMs);
+    short epoch = epochs.getOrDefault(tp, (short) 0);
+    byte[] bytes = batch.encode(spec.lz4, producerId, sequence);
+    if (epoch != 0) {
+      BatchEncoder.restamp(bytes, epoch, sequence);
+    }
+    InFlight f = new InFlight(topic, partition, bytes, batch.count(), System.currentTimeMillis() + spec.timeoutMs,
+        epoch);
     while (inFlight.size() >= MAX_IN_FLIGHT) {
       complete(inFlight.poll());
     }
@@ -218,15 +255,20 @@ final class RecordSender implements DataWriter<InternalRow> {
         if (f.answer == null) {
           why = "the partition has no leader";
         } else {
-          Object[] answer = (Object[]) f.answer.get(spec.timeoutMs + 60_000L);
-          RayCalls.ReplicaError error = RayCalls.error(answer[1]);
+          RayCalls.ReplicaError error = new RayCalls.ProduceReply(f.answer.get(spec.timeoutMs + 60_000L)).error;
           if (error == null || error.type.equals("DuplicateSequenceError")) {
             written += f.records;  // a duplicate sequence is a batch the log already has
             return;
           }
-          // Out of order: a batch before it (resent after a leader change) has not landed yet; resent
-          // after it, this one follows it.
-          if (!error.retriable && !error.type.equals("OutOfOrderSequenceError")) {
+          String tp = f.topic + "\u0000" + f.partition;
+          boolean restamped = f.epoch != epochs.getOrDefault(tp, (short) 0);
+          if (error.type.equals("OutOfOrderSequenceError") && !restamped) {
+            // The batches before it are acknowledged (answers are awaited in order), so the gap is
+            // for good: a leader elected without the last batches acks=1 acknowledged. As raylog's
+            // producer (and Kafka's, KIP-360): a new epoch, its sequences from 0.
+            startOver(tp, f);
+          } else if (!error.retriable && !(restamped && (error.type.equals("OutOfOrderSequenceError")
+              || error.type.equals("InvalidProducerEpochError")))) {
             throw error.raise();
           }
           why = error.message;
@@ -254,6 +296,27 @@ final class RecordSender implements DataWriter<InternalRow> {
     }
   }
 
+  /** Bumps {@code tp}'s producer epoch and restamps {@code first} and every batch of {@code tp}
+   *  still in flight after it with sequences from 0, in order; later batches follow on. */
+  private void startOver(String tp, InFlight first) {
+    short epoch = (short) (epochs.getOrDefault(tp, (short) 0) + 1);
+    epochs.put(tp, epoch);
+    int sequence = 0;
+    List<InFlight> batches = new ArrayList<>();
+    batches.add(first);
+    for (InFlight g : inFlight) {
+      if ((g.topic + "\u0000" + g.partition).equals(tp)) {
+        batches.add(g);
+      }
+    }
+    for (InFlight g : batches) {
+      BatchEncoder.restamp(g.batch, epoch, sequence);
+      g.epoch = epoch;
+      sequence += g.records;
+    }
+    sequences.put(tp, sequence);
+  }
+
   /** Sends what is gathered and waits for every answer; the number of records written. */
   long flush() {
     for (Map.Entry<String, BatchEncoder> e : open.entrySet()) {
@@ -276,6 +339,7 @@ final class RecordSender implements DataWriter<InternalRow> {
   @Override
   public void abort() {
     open.clear();
+    openBytes = 0;
     inFlight.clear();
   }
 

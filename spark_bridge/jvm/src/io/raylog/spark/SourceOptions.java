@@ -1,10 +1,13 @@
 package io.raylog.spark;
 
+import com.fasterxml.jackson.databind.JsonNode;
 import java.io.Serializable;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
 import java.util.TreeMap;
+import java.util.regex.Pattern;
+import java.util.regex.PatternSyntaxException;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructType;
@@ -24,10 +27,6 @@ final class SourceOptions implements Serializable {
   static final Set<String> KAFKA_SOURCE_TUNING = Set.of(
       "groupidprefix", "kafkaconsumer.polltimeoutms", "fetchoffset.numretries", "fetchoffset.retryintervalms",
       "topic");
-  private static final Set<String> STREAM_ONLY = Set.of("maxoffsetspertrigger", "minoffsetspertrigger",
-      "maxtriggerdelay");
-  /** Kafka's default maxTriggerDelay, 15 minutes. */
-  static final long DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000L;
 
   final TreeMap<String, String> forPlanner = new TreeMap<>();
   final String namespace;
@@ -37,6 +36,7 @@ final class SourceOptions implements Serializable {
   final long minOffsetsPerTrigger;
   final long maxTriggerDelayMs;
   final String pinnedRanges;
+  private final Pattern subscribePattern;
 
   SourceOptions(Map<String, String> options) {
     Map<String, String> lower = normalized(options);
@@ -49,16 +49,23 @@ final class SourceOptions implements Serializable {
       if (k.startsWith("kafka.") || KAFKA_SOURCE_TUNING.contains(k)) {
         LOG.warn("raylog: option {} is ignored (a Kafka client setting; raylog reads through its replicas' actors)",
             k);
-      } else if (!STREAM_ONLY.contains(k)) {
+      } else {
         forPlanner.put(k, e.getValue());
       }
     }
-    this.includeHeaders = flag(lower.get("includeheaders"), false, "includeHeaders");
-    this.failOnDataLoss = flag(lower.get("failondataloss"), true, "failOnDataLoss");
-    this.maxOffsetsPerTrigger = positive(lower.get("maxoffsetspertrigger"), "maxOffsetsPerTrigger");
-    this.minOffsetsPerTrigger = positive(lower.get("minoffsetspertrigger"), "minOffsetsPerTrigger");
-    String delay = lower.get("maxtriggerdelay");
-    this.maxTriggerDelayMs = delay == null ? DEFAULT_MAX_TRIGGER_DELAY_MS : durationMs(delay);
+    this.subscribePattern = javaPattern(lower.get("subscribepattern"));
+    // Checked once, by the planner (raylog.ranges.parse_options, as for the Python API); what the
+    // JVM uses of them comes back checked.
+    TreeMap<String, String> toCheck = new TreeMap<>(forPlanner);
+    if (subscribePattern != null) {
+      toCheck.put("subscribepattern", "(?!)");  // Java's regex, checked above; Python's would differ
+    }
+    JsonNode checked = RayCalls.planner(namespace, "read_options", jsonOf(toCheck), pinnedRanges != null);
+    this.includeHeaders = checked.get("include_headers").asBoolean();
+    this.failOnDataLoss = checked.get("fail_on_data_loss").asBoolean();
+    this.maxOffsetsPerTrigger = checked.get("max_offsets_per_trigger").asLong();
+    this.minOffsetsPerTrigger = checked.get("min_offsets_per_trigger").asLong();
+    this.maxTriggerDelayMs = checked.get("max_trigger_delay_ms").asLong();
   }
 
   static String namespaceOfSession() {
@@ -90,11 +97,41 @@ final class SourceOptions implements Serializable {
     return includeHeaders ? s.add("headers", BatchDecoder.HEADERS_TYPE, true) : s;
   }
 
+  /** The options for the planner. subscribePattern is a Java regex, as in Spark's Kafka source:
+   *  it is matched here against the topics that exist now, and the planner gets the names it
+   *  matched (as a pattern of those names, so topics that appear later are picked up next time). */
   String plannerJson() {
+    TreeMap<String, String> options = forPlanner;
+    if (subscribePattern != null) {
+      StringBuilder names = new StringBuilder();
+      for (JsonNode t : RayCalls.planner(namespace, "topics").path("topics")) {
+        if (subscribePattern.matcher(t.asText()).matches()) {
+          names.append(names.length() == 0 ? "" : "|").append(t.asText().replace(".", "\\.").replace("-", "\\-"));
+        }
+      }
+      options = new TreeMap<>(forPlanner);
+      options.put("subscribepattern", names.length() == 0 ? "(?!)" : "(?:" + names + ")");
+    }
+    return jsonOf(options);
+  }
+
+  private static String jsonOf(Map<String, String> options) {
     try {
-      return RayCalls.JSON.writeValueAsString(forPlanner);
+      return RayCalls.JSON.writeValueAsString(options);
     } catch (com.fasterxml.jackson.core.JsonProcessingException e) {
       throw new IllegalStateException(e);
+    }
+  }
+
+  private static Pattern javaPattern(String regex) {
+    if (regex == null) {
+      return null;
+    }
+    try {
+      return Pattern.compile(regex);
+    } catch (PatternSyntaxException e) {
+      throw new RaylogSparkException("InvalidConfigError", "subscribePattern is not a Java regular expression: "
+          + e.getMessage());
     }
   }
 
@@ -121,15 +158,5 @@ final class SourceOptions implements Serializable {
       // the error below names it
     }
     throw new RaylogSparkException("InvalidConfigError", name + " must be a positive integer, got '" + value + "'");
-  }
-
-  /** Spark's duration strings ("15m", "3s", "500ms", a bare number of ms). */
-  static long durationMs(String value) {
-    try {
-      return org.apache.spark.network.util.JavaUtils.timeStringAsMs(value.trim());
-    } catch (NumberFormatException e) {
-      throw new RaylogSparkException("InvalidConfigError", "maxTriggerDelay must be a duration like '15m', got '"
-          + value + "'");
-    }
   }
 }
