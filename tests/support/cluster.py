@@ -53,6 +53,12 @@ class SimulatedCluster:
         """Ray node id -> its data directory where that is a small tmpfs of its own (disk_mb)."""
         self._next = itertools.count()
         self._mounts: list[Path] = []
+        self._addresses: dict[str, str] = {}
+        """Data directory -> the loopback address its worker node binds (127.0.0.2 on; kept across
+        its restarts, as a machine keeps its address). The head alone has 127.0.0.1, so a Java driver
+        (RayDP's app master and Spark's driver) attaches to the head's raylet: Java's Ray picks the
+        first live raylet with its own address, and a driver whose raylet goes down ends its job and
+        every Spark executor with it."""
 
     def node_ids(self) -> list[str]:
         """The Ray node ids of the live nodes."""
@@ -114,7 +120,8 @@ class SimulatedCluster:
         return path, True
 
     def _add_node(self, data_dir: str) -> str:
-        node = self.sim.add_node(**NODE_ARGS, labels={DATA_DIR_LABEL: data_dir})
+        address = self._addresses.setdefault(data_dir, f"127.0.0.{len(self._addresses) + 2}")
+        node = self.sim.add_node(**{**NODE_ARGS, "node_ip_address": address}, labels={DATA_DIR_LABEL: data_dir})
         self.sim.wait_for_nodes()
         return node.node_id
 
