@@ -37,6 +37,8 @@ NODE_CACHE_S = 30.0
 REQUEST_TIMEOUT_S = 30.0
 CACHE_KEPT = 10_000
 """Answers kept per leader epoch (a leader's directory, where an epoch ends): cleared past this many."""
+DELETION_RACE_ATTEMPTS = 3
+"""A stream lists its topics again this often when one vanishes while its offsets are asked."""
 
 _CANONICAL = {name.replace("_", ""): name for name in KNOWN_OPTIONS}
 """Spark hands a source its options lower-cased (startingoffsets): back to raylog's names."""
@@ -300,16 +302,29 @@ class SparkPlanner:
         return ray_calls.with_retries(ask, REQUEST_TIMEOUT_S, on_retry=lambda: md.invalidate(tp.topic))
 
     def _latest(self, spec: ReadSpec) -> dict[TopicPartition, Position]:
-        partitions = resolve_partitions(self._cluster, spec, missing_ok=True)
-        logs = self._logs({tp: [] for tp in partitions}, refresh=False) if partitions else {}
+        _, logs = self._reading(spec, {})
         return {tp: Position(log.end, log.end_epoch, log.topic_id) for tp, log in logs.items()}
 
+    def _reading(self, spec: ReadSpec, start: dict[TopicPartition, Position]) \
+            -> tuple[list[TopicPartition], dict[TopicPartition, LogNow]]:
+        """The partitions a running stream reads now and their logs. A topic deleted after it was
+        listed and before its offsets were asked is listed again, and then gone: a stream reports
+        it as a deleted topic rather than failing on it (the chaos of a concurrent delete)."""
+        attempts = DELETION_RACE_ATTEMPTS
+        while True:
+            try:
+                partitions = resolve_partitions(self._cluster, spec, missing_ok=True)
+                return partitions, (self._logs({tp: [start[tp]] if tp in start else [] for tp in partitions},
+                                               refresh=False) if partitions else {})
+            except UnknownTopicOrPartitionError:
+                attempts -= 1
+                if attempts == 0:
+                    raise
+
     def _next(self, spec: ReadSpec, start: dict[TopicPartition, Position]) -> dict:
-        partitions = resolve_partitions(self._cluster, spec, missing_ok=True)
+        partitions, logs = self._reading(spec, start)
         reading = set(partitions)
         warnings = self._gone(spec, [tp for tp in start if tp not in reading])
-        logs = self._logs({tp: [start[tp]] if tp in start else [] for tp in partitions}, refresh=False) \
-            if partitions else {}
         begins, latest = {}, {}
         for tp in partitions:
             log, at = logs[tp], start.get(tp)
