@@ -144,6 +144,8 @@ class Controller:
         """Nodes missing past node_lost_timeout_ms (logged once as node_lost)."""
         self._start_done = False
         self._watchers: dict[tuple, asyncio.Task] = {}
+        self._pids: dict[tuple, int] = {}
+        """Replica -> the pid of the process last attached (a heartbeat from another one: it restarted)."""
         self._started: asyncio.Task | None = None
         self._background: list[asyncio.Task] = []
         self._offsets_creation: asyncio.Lock | None = None
@@ -468,18 +470,21 @@ class Controller:
     # --- liveness: heartbeats and fencing --------------------------------------------------------
 
     async def replica_heartbeat(self, topic_id: str, partition: int, replica_id: int, leader_epoch: int,
-                                partition_epoch: int, config_version: int = -1, high_watermark: int = -1) -> dict:
+                                partition_epoch: int, config_version: int = -1, high_watermark: int = -1,
+                                pid: int = -1) -> dict:
         """A replica's heartbeat (Kafka's BrokerHeartbeat, per replica). Renews its session; answers
         whether it is a replica of a partition the controller knows (only then may it hold a lease)
         and, when its state or topic config is older than the controller's, the current state (which
         carries the config). A fenced replica that heartbeats again is alive again, and is told its
-        state (it rejoins as a follower)."""
+        state (it rejoins as a follower). A heartbeat from another process than the one attached
+        means that one died unseen: it is mourned first (see _restarted_unseen)."""
         key = (args.text("topic_id", topic_id, 64), args.integer("partition", partition, 0, args.INT32_MAX),
                args.integer("replica_id", replica_id, 0, args.INT32_MAX))
         leader_epoch = args.integer("leader_epoch", leader_epoch, -1, args.INT32_MAX)
         partition_epoch = args.integer("partition_epoch", partition_epoch, -1, args.INT32_MAX)
         config_version = args.integer("config_version", config_version, -1, args.INT32_MAX)
         high_watermark = args.integer("high_watermark", high_watermark, -1)
+        pid = args.integer("pid", pid, -1, args.INT32_MAX)
         found = self._locate(key)
         reply = {"controller_pid": os.getpid(), "controller_process": self._identity, "member": found is not None,
                  "state": None}
@@ -489,6 +494,8 @@ class Controller:
         if self._started is None:
             self._started = asyncio.get_running_loop().create_task(self._start())
         topic, p = found
+        if pid >= 0 and self._pids.get(key, pid) != pid and key in self.alive and self._started.done():
+            self._restarted_unseen(key, pid)
         if key in self._fenced and self._started.done() and key in self.handles:
             self._fenced.discard(key)
             log_event(logger, "replica_unfenced", topic=topic.name, partition=p, replica=replica_id,
@@ -612,10 +619,31 @@ class Controller:
         except ValueError:  # created meanwhile by another call of the controller
             return ray.get_actor(name, namespace=self.namespace)
 
+    def _restarted_unseen(self, key: tuple, pid: int) -> None:
+        """A replica heartbeats from a new process while the controller still watches the one it
+        attached: that one died and Ray restarted it without the watch failing first (seen under
+        load: the restarted leader was told its old state and led on at the same epoch, nobody
+        elected). It is mourned now, as its death would have been, and the new process attached and
+        watched; the old watch, should it fail late, is dropped."""
+        log_event(logger, "replica_restarted_unseen", logging.WARNING, topic_id=key[0], partition=key[1],
+                  replica=key[2], old_pid=self._pids.get(key), pid=pid)
+        self._pids[key] = pid
+        old = self._watchers.pop(key, None)
+        if old is not None:
+            old.cancel()
+        self._replica_died(key)
+        self._watchers[key] = asyncio.get_running_loop().create_task(self._rewatch(key))
+
+    async def _rewatch(self, key: tuple) -> None:
+        if await self._await_return(key):
+            await self._watch(key)
+
     async def _attach(self, key: tuple, timeout_s: float | None = None) -> dict:
         handle = self.handles[key]
         ref = handle.attach.remote()
         status = await (asyncio.wait_for(ref, timeout_s) if timeout_s else ref)
+        if isinstance(status, dict) and isinstance(status.get("pid"), int):
+            self._pids[key] = status["pid"]
         if isinstance(status, dict) and status.get("lost_committed"):
             self._lost_committed(key)
         return status
@@ -765,6 +793,7 @@ class Controller:
                     key = self._key(topic, p, rid)
                     self.alive.discard(key)
                     handle = self.handles.pop(key, None)
+                    self._pids.pop(key, None)
                     task = self._watchers.pop(key, None)
                     if task is not None:
                         task.cancel()
@@ -845,6 +874,7 @@ class Controller:
             key = self._key(topic, p, r["replica_id"])
             handle = self.handles.pop(key, None)
             self.alive.discard(key)
+            self._pids.pop(key, None)
             task = self._watchers.pop(key, None)
             if task is not None:
                 task.cancel()
@@ -1195,6 +1225,7 @@ class Controller:
                 key = self._key(topic, p, r["replica_id"])
                 self.handles.pop(key, None)
                 self.alive.discard(key)
+                self._pids.pop(key, None)
                 task = self._watchers.pop(key, None)
                 if task is not None:
                     task.cancel()

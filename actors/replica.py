@@ -493,7 +493,8 @@ class PartitionReplica:
             self._heartbeat_sent_at = time.monotonic()
             ref = controller.replica_heartbeat.remote(self.topic_id, self.partition, self.replica_id,
                                                       self.state.leader_epoch, self.state.partition_epoch,
-                                                      self._config_version, high_watermark=self.state.high_watermark)
+                                                      self._config_version, high_watermark=self.state.high_watermark,
+                                                      pid=os.getpid())
             self._heartbeat = asyncio.wrap_future(ref.future())
         heartbeat, sent_at = self._heartbeat, self._heartbeat_sent_at
         try:
