@@ -302,6 +302,18 @@ class Controller:
                 self._ensure_coordinator(topic, p)
         self._background.append(loop.create_task(self._node_loop()))
         self._background.append(loop.create_task(self._preferred_leader_loop()))
+        if self.config.offsets_topic_eager and OFFSETS_TOPIC not in self.state.topics:
+            self._background.append(loop.create_task(self._offsets_topic_with_the_cluster()))
+
+    async def _offsets_topic_with_the_cluster(self) -> None:
+        """__consumer_offsets and its coordinators made as the cluster starts: the first consumer
+        group of a new cluster otherwise waited for their processes to start (kafka-python's
+        consumer_timeout_ms=5000 ended with nothing read, issue 33)."""
+        try:
+            await self.ensure_offsets_topic()
+        except Exception:  # noqa: BLE001 - the first group to join asks again
+            logger.exception("creating %s with the cluster failed; the first consumer group creates it",
+                             OFFSETS_TOPIC)
 
     # --- nodes: identity, registration, liveness ---------------------------------------------------
 
@@ -1361,6 +1373,11 @@ class Controller:
 
     async def ping(self) -> int:
         return os.getpid()
+
+    async def start(self) -> None:
+        """Bring the cluster up from the metadata log now rather than on the first request
+        (connect() asks without waiting)."""
+        await self._ensure_started()
 
     async def high_watermarks(self, topics: list[str]) -> dict[tuple[str, int], int]:
         """(topic, partition) -> high watermark, for those of ``topics`` whose leader has sent one in

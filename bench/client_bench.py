@@ -5,6 +5,8 @@ Rows (records/s unless noted), each the median of --runs runs:
 - producer ``send_batch`` (the vectorized path)
 - producer ``send()`` of unkeyed records, then ``flush()``
 - producer ``send(key=...)`` of keyed records (random 1-24-byte keys) and ``get()`` of every future
+- the same three rows on issue 33's workload: 200,000 records with random 1-24-byte keys and
+  random (incompressible) 100-byte values into 6 partitions, default producer
 - consumer ``poll_batch`` (column views, no object per record)
 - consumer ``poll()`` iterating every ConsumerRecord
 - end-to-end latency p50/p99/p99.9 in ms at 1,000 records/s (one record sent every ms, each
@@ -43,11 +45,19 @@ from pathlib import Path
 import numpy as np
 
 RECORD_BYTES = 100
+SIX_RECORDS = 200_000
+"""Issue 33's workload: this many records into 6 partitions, random keys and values."""
 
 
 def make_values(n: int, seed: int = 0) -> list[bytes]:
     """Random uppercase letters, as Kafka's ProducerPerformance fills its records."""
     buf = np.random.default_rng(seed).integers(65, 91, n * RECORD_BYTES, dtype=np.uint8).tobytes()
+    return [buf[i * RECORD_BYTES:(i + 1) * RECORD_BYTES] for i in range(n)]
+
+
+def make_random_values(n: int, seed: int = 2) -> list[bytes]:
+    """Random bytes (issue 33's workload): nothing for lz4 to squeeze."""
+    buf = np.random.default_rng(seed).integers(0, 256, n * RECORD_BYTES, dtype=np.uint8).tobytes()
     return [buf[i * RECORD_BYTES:(i + 1) * RECORD_BYTES] for i in range(n)]
 
 
@@ -216,6 +226,9 @@ ROWS = [
     ("send", "producer send() unkeyed"),
     ("send_keyed_get", "producer send(key) + get() each"),
     ("send_keyed_get_call", "  the same through Ray calls"),
+    ("send_6p", "send() unkeyed, random, 6 partitions"),
+    ("send_keyed_get_6p", "send(key) + get(), random, 6 partitions"),
+    ("poll_records_6p", "poll() each record, random, 6 partitions"),
     ("poll_batch", "consumer poll_batch columns"),
     ("poll_batch_call", "  the same through fetch calls"),
     ("poll_records", "consumer poll() each record"),
@@ -236,14 +249,15 @@ def run(records: int, runs: int, partitions: int, latency_samples: int, baseline
     cluster = raylog.connect(data_root=data_root, num_cpus=2)
     values = make_values(records)
     keys = make_keys(records)
+    random_values, random_keys = make_random_values(SIX_RECORDS), make_keys(SIX_RECORDS, seed=3)
     rates: dict[str, list[float]] = {name: [] for name, _ in ROWS}
     cpu: dict[str, list[float]] = {name: [] for name, _ in ROWS}
     queue_rates: dict[str, list[float]] = {"put": [], "get": []}
     latency: dict[str, list[list[float]]] = {}
     try:
-        def record(name: str, t: Timed) -> None:
-            rates[name].append(records / t.wall)
-            cpu[name].append(t.cpu / records * 1e6)
+        def record(name: str, t: Timed, count: int = records) -> None:
+            rates[name].append(count / t.wall)
+            cpu[name].append(t.cpu / count * 1e6)
 
         for r in range(runs):
             # Each run's topics are made just before it and deleted after: idle replica processes
@@ -258,6 +272,15 @@ def run(records: int, runs: int, partitions: int, latency_samples: int, baseline
             record("send", produce_per_record(cluster, send_topic, values))
             record("send_keyed_get", produce_keyed_and_get(cluster, keyed_topic, values, keys))
             record("send_keyed_get_call", produce_keyed_and_get(cluster, call_topic, values, keys, local=False))
+            six_send, six_keyed = f"bench6-{uuid.uuid4().hex[:6]}", f"bench6-{uuid.uuid4().hex[:6]}"
+            for t in (six_send, six_keyed):
+                cluster.admin().create_topic(t, 6)
+            time.sleep(3)
+            record("send_6p", produce_per_record(cluster, six_send, random_values), SIX_RECORDS)
+            record("send_keyed_get_6p", produce_keyed_and_get(cluster, six_keyed, random_values, random_keys),
+                   SIX_RECORDS)
+            record("poll_records_6p", consume_records(cluster, six_keyed, SIX_RECORDS), SIX_RECORDS)
+            cluster.admin().delete_topics([six_send, six_keyed])
             record("poll_batch", consume_columns(cluster, batch_topic, records))
             record("poll_batch_call", consume_columns(cluster, batch_topic, records, local=False))
             record("poll_records", consume_records(cluster, keyed_topic, records))

@@ -128,6 +128,9 @@ def connect(address: str | None = None, *, namespace: str = "raylog", data_root:
         running = ray_calls.get(controller.cluster_config.remote(), request_timeout_ms / 1000)
     except Exception as exc:
         raise ControllerNotAvailableError(f"raylog controller did not answer: {exc}") from exc
+    if running.get("offsets_topic_eager"):
+        # Not waited for: recovery, and on a new cluster __consumer_offsets, go on in the background.
+        controller.start.remote()
     _default = Cluster(controller, ClusterConfig(**running))
     return _default
 

@@ -324,8 +324,16 @@ class ClusterConfig:
     moving replicas copies whole logs and throws away the returning node's copies (Kafka waits for
     an operator; Redpanda's partition_autobalancing_node_availability_timeout_sec is 15 minutes).
     -1 never moves them."""
-    offsets_topic_num_partitions: int = 8
-    """Partitions of ``__consumer_offsets`` (one group coordinator actor each). Kafka: 50."""
+    offsets_topic_num_partitions: int = 1
+    """Partitions of ``__consumer_offsets``, fixed when it is created: one group coordinator actor
+    and RF replica actors each (Kafka: 50, a broker's partitions being cheap). Each costs an idle
+    process of about 60 MB and a second of CPU to start (docs/operations.md); raise it before the
+    first group for thousands of groups."""
+    offsets_topic_eager: bool = True
+    """connect() starts the controller at once, and it creates ``__consumer_offsets`` and its
+    coordinators as it starts, so a new cluster's first group joins at once. False: the controller
+    starts on the first request and the topic is made when the first group asks (a cluster whose
+    nodes join after raylog starts then spreads its replicas over them)."""
     log_cleaner_dedupe_buffer_size: int = 16 * 1024 * 1024
     """Bound, per replica, on the key map of one compaction round (key bytes plus ~100 bytes per
     key); a round maps as much of the dirty log as fits and the next round goes on from there.

@@ -19,7 +19,7 @@ import ray
 
 import raylog
 from raylog.errors import CommitFailedError, NonEmptyGroupError, StaleMemberEpochError
-from raylog.naming import coordinator_actor_name
+from raylog.naming import OFFSETS_TOPIC, coordinator_actor_name
 from raylog.records import OffsetAndMetadata, TopicPartition
 from tests.integration.conftest import wait_for
 from tests.support.members import MemberActor
@@ -94,6 +94,25 @@ def stop_all(actors) -> None:
         except Exception:  # noqa: BLE001 - already dead
             pass
         ray.kill(a)
+
+
+def test_a_new_cluster_makes_its_offsets_topic_and_coordinators_before_any_group_asks(cluster):
+    """Issue 33: the first group of a new cluster waited while __consumer_offsets' replicas and its
+    coordinators started (kafka-python's consumer_timeout_ms=5000 ended with nothing read). They
+    now start with the cluster. This is the module's first test: no group has asked yet."""
+    admin = cluster.admin()
+
+    def coordinators_answer() -> bool:
+        if OFFSETS_TOPIC not in admin.list_topics(include_internal=True):
+            return False
+        try:
+            handles = [ray.get_actor(coordinator_actor_name(p), namespace=cluster.config.namespace) for p in range(2)]
+        except ValueError:
+            return False
+        return all(isinstance(pid, int) for pid in ray.get([h.ping.remote() for h in handles], timeout=60))
+
+    wait_for(coordinators_answer, timeout_s=120)
+    assert all(p["leader"] >= 0 for p in admin.describe_partitions(OFFSETS_TOPIC))
 
 
 def test_three_members_share_six_partitions_two_each(cluster):

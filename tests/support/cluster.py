@@ -144,7 +144,7 @@ class SimulatedCluster:
         self.data_dirs = {self.sim.head_node.node_id: head_dir}
         self.disks = {}
         self.cluster = raylog.connect(address=self.sim.address, data_root=self.data_root,
-                                      cluster_config=cluster_config, log_to_driver=log_to_driver)
+                                      cluster_config=harness_config(cluster_config), log_to_driver=log_to_driver)
         for data_dir in workers:
             self.add(data_dir)
 
@@ -190,11 +190,18 @@ def simulated_cluster(data_root: str, workers: int | list[str] = 3, cluster_conf
     ``sim.disks`` lists them (empty where mounting is refused)."""
     out = _start(data_root, workers, head_resources, head_cpus, disk_mb)
     try:
-        out.cluster = raylog.connect(address=out.sim.address, data_root=data_root, cluster_config=cluster_config,
-                                     log_to_driver=log_to_driver)
+        out.cluster = raylog.connect(address=out.sim.address, data_root=data_root,
+                                     cluster_config=harness_config(cluster_config), log_to_driver=log_to_driver)
         yield out
     finally:
         _stop(out)
+
+
+def harness_config(cluster_config: dict | None) -> dict:
+    """A simulated cluster's controller starts on the first request and makes __consumer_offsets
+    when a group first asks (unless a test says otherwise): its tests place, count and kill
+    replicas node by node, and one the harness made unasked would be among them."""
+    return {"offsets_topic_eager": False, **(cluster_config or {})}
 
 
 def _stop(out: SimulatedCluster) -> None:
