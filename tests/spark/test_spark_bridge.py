@@ -241,6 +241,49 @@ def test_topic_and_partition_columns_route_rows_and_a_topic_option_wins(cluster,
         spark_bridge.write(df, topic="no-such-topic")
 
 
+def test_a_retried_write_task_appends_again_and_the_count_is_the_committed_attempts(cluster, spark, tmp_path):
+    """Finding 6: each task attempt is its own idempotent producer, so an attempt that fails after
+    some of its batches were acknowledged leaves them in the log and Spark's retry appends them
+    again: at-least-once, as Spark's Kafka sink. write() counts what the attempts Spark committed
+    acknowledged. The first attempt fails only once some of its records are in the log: a thread
+    here watches the log's end offset and leaves a file the Python worker waits on."""
+    from pyspark import TaskContext
+
+    topic = fresh_topic(cluster, 1)
+    landed, done = str(tmp_path / "landed"), threading.Event()
+
+    def watch():
+        while not done.is_set():
+            if end_offsets(cluster, topic)[TopicPartition(topic, 0)] > 0:
+                open(landed, "w").close()
+                return
+            done.wait(0.05)
+
+    def fail_first_attempt(rows):
+        for i, row in enumerate(rows):
+            if TaskContext.get().attemptNumber() == 0 and i == 600:
+                # Python's output to the JVM is buffered by 64 KiB: 1 KiB rows have flushed most of
+                # the 600 before; the cap only keeps a broken sink from hanging the suite.
+                deadline = time.monotonic() + 300
+                while not os.path.exists(landed) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                raise RuntimeError("the first attempt fails after some of its records landed")
+            yield row
+
+    values = spark.createDataFrame([(b"%04d" % i + bytes(1020),) for i in range(1000)], "value binary").coalesce(1)
+    df = spark.createDataFrame(values.rdd.mapPartitions(fail_first_attempt), values.schema)
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        assert spark_bridge.write(df, topic=topic, batch_size=16 * 1024) == 1000
+    finally:
+        done.set()
+        watcher.join()
+    got = [bytes(r["value"])[:4] for r in spark_bridge.read(spark, topic).select("value").collect()]
+    assert set(got) == {b"%04d" % i for i in range(1000)}
+    assert len(got) > 1000, "the failed attempt's acknowledged records stay: at-least-once"
+
+
 # --- streaming -------------------------------------------------------------------------------------
 
 
