@@ -646,6 +646,16 @@ class Controller:
         self._replica_died(key)
         self._watchers[key] = asyncio.get_running_loop().create_task(self._rewatch(key))
 
+    def _forget(self, key: tuple):
+        """Stop tracking a replica's process (its node died, it was removed or deleted): no longer
+        alive, unwatched; returns its handle, if it had one."""
+        self.alive.discard(key)
+        self._pids.pop(key, None)
+        task = self._watchers.pop(key, None)
+        if task is not None:
+            task.cancel()
+        return self.handles.pop(key, None)
+
     async def _rewatch(self, key: tuple) -> None:
         if await self._await_return(key):
             await self._watch(key)
@@ -802,13 +812,7 @@ class Controller:
                 if not lost:
                     continue
                 for rid in lost:
-                    key = self._key(topic, p, rid)
-                    self.alive.discard(key)
-                    handle = self.handles.pop(key, None)
-                    self._pids.pop(key, None)
-                    task = self._watchers.pop(key, None)
-                    if task is not None:
-                        task.cancel()
+                    handle = self._forget(self._key(topic, p, rid))
                     if handle is not None:
                         gone.append(handle)
                 records, _ = self.state.replicas_lost(topic.name, p, lost, self._is_alive(topic, p),
@@ -883,13 +887,7 @@ class Controller:
         for r in before["replicas"]:
             if r["replica_id"] in kept:
                 continue
-            key = self._key(topic, p, r["replica_id"])
-            handle = self.handles.pop(key, None)
-            self.alive.discard(key)
-            self._pids.pop(key, None)
-            task = self._watchers.pop(key, None)
-            if task is not None:
-                task.cancel()
+            handle = self._forget(self._key(topic, p, r["replica_id"]))
             if handle is not None and r["node_id"] in self.nodes_alive:
                 asyncio.get_running_loop().create_task(self._delete_replica(handle))
             else:
@@ -1234,13 +1232,7 @@ class Controller:
         self._commit(records)
         for p, part in enumerate(topic.partitions):
             for r in part["replicas"]:
-                key = self._key(topic, p, r["replica_id"])
-                self.handles.pop(key, None)
-                self.alive.discard(key)
-                self._pids.pop(key, None)
-                task = self._watchers.pop(key, None)
-                if task is not None:
-                    task.cancel()
+                self._forget(self._key(topic, p, r["replica_id"]))
                 replica = self.state.pending_deletions[(topic.topic_id, p, r["replica_id"])]
                 self._background.append(asyncio.get_running_loop().create_task(
                     self._finish_deletion(topic.topic_id, p, r["replica_id"], replica)))
