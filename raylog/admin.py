@@ -154,6 +154,7 @@ class AdminClient:
         starting on two cores) is asked again, and given CONTROLLER_SILENCE_TIMEOUTS timeouts."""
         started, changed_at, report = -1, time.monotonic(), None
         asked, asked_at = None, 0.0
+        stalled_s = max(self._timeout_s, REPLICA_START_S)
         while True:
             ready, _ = ray.wait([ref], timeout=PROGRESS_INTERVAL_S)
             if ready:
@@ -178,10 +179,10 @@ class AdminClient:
                 if report["started"] != started:
                     started, changed_at = report["started"], asked_at
             # Judged on answers only: a slow answer is not a replica that failed to start.
-            if asked_at - changed_at > max(self._timeout_s, REPLICA_START_S):
+            if asked_at - changed_at > stalled_s:
                 missing = report["missing"] if report else []
                 raise TopicCreationIncompleteError(
-                    f"topic {name!r}: no replica started within {max(self._timeout_s, REPLICA_START_S):.1f} s "
+                    f"topic {name!r}: no replica started within {stalled_s:.1f} s "
                     f"({started if started >= 0 else 0} of {report['total'] if report else '?'} started; missing "
                     f"(partition, replica) {missing[:10]}{' ...' if len(missing) > 10 else ''}); the controller "
                     "goes on starting them, and creating the topic again waits for the rest", missing)

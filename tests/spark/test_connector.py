@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 
 from raylog.records import TopicPartition
 from tests.integration.conftest import wait_for
-from tests.support.spark_rows import NOW, as_rows, produce_numbered, read_everything, rows
+from tests.support.spark_rows import NOW, as_rows, produce_numbered, read_everything, rows, run_once
 from tests.support.topics import end_offsets, fresh_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.ray, pytest.mark.slow]
@@ -696,14 +696,6 @@ def to_parquet(spark, topic: str, where, **options):
 
 def written(spark, where) -> list[tuple[int, int]]:
     return offsets_of(spark.read.parquet(str(where / "out")))
-
-
-def run_once(query) -> None:
-    try:
-        query.processAllAvailable()
-    finally:
-        query.stop()
-    assert query.exception() is None
 
 
 def test_a_stream_started_past_the_log_end_warns_reads_from_the_end_once_and_restarts(cluster, spark, tmp_path):

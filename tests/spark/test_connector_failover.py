@@ -21,6 +21,7 @@ from pyspark.errors import StreamingQueryException
 from raylog.records import TopicPartition
 from tests.integration.conftest import wait_for
 from tests.support.cluster import simulated_cluster
+from tests.support.spark_rows import run_once
 from tests.support.topics import fresh_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.ray, pytest.mark.cluster, pytest.mark.slow]
@@ -242,14 +243,6 @@ def stream(spark, topic: str, where, **options):
 
 def values(spark, where) -> list[bytes]:
     return sorted(bytes(r["value"]) for r in spark.read.parquet(str(where / "out")).collect())
-
-
-def run_once(query) -> None:
-    try:
-        query.processAllAvailable()
-    finally:
-        query.stop()
-    assert query.exception() is None
 
 
 def process_alive(pid: int) -> bool:

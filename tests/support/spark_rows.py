@@ -62,3 +62,12 @@ def produce_numbered(cluster, topic: str, counts: list[int], first: int = 0, ste
             future.wait(timeout=60)
     finally:
         producer.close()
+
+
+def run_once(query) -> None:
+    """Runs a streaming query over what is available now, stops it, and checks it did not fail."""
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert query.exception() is None
