@@ -12,7 +12,7 @@ export RAY_USAGE_STATS_ENABLED := 0
 CHAOS_MINUTES ?= 30
 SOAK_MINUTES ?= 60
 
-.PHONY: venv jar test test-unit demo bench bench-quick peers chaos soak lock clean
+.PHONY: venv jar test test-long test-unit demo bench bench-quick peers chaos soak lock clean
 
 venv: $(STAMP)
 
@@ -38,8 +38,13 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,bench]'
 	touch $(STAMP)
 
+# make test: everything but the longest fault scenarios (marked long in tests/conftest.py), which
+# make test-long runs; CI (.ci/run) runs both.
 test: $(STAMP) $(JAR)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not long" --durations=15 $(PYTEST_ARGS)
+
+test-long: $(STAMP) $(JAR)
+	$(PY) -m pytest -m long --durations=15 $(PYTEST_ARGS)
 
 test-unit: $(STAMP) $(JAR)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

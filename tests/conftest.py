@@ -33,3 +33,14 @@ def pytest_runtest_makereport(item, call):
         for name, value in item.user_properties:
             if name == "seed":
                 report.sections.append(("seed", f"rerun with RAYLOG_TEST_SEED={value}"))
+
+
+LONG = ("tests/faults/", "tests/spark/test_connector_failover.py", "tests/integration/test_many_partitions.py")
+"""The longest scenarios (simulated clusters killed, paused, restarted; 64 partitions): marked
+``long``, run by ``make test-long`` rather than ``make test``, and by CI after it."""
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.nodeid.startswith(LONG):
+            item.add_marker(pytest.mark.long)
