@@ -310,16 +310,11 @@ class SparkPlanner:
         """The partitions a running stream reads now and their logs. A topic deleted after it was
         listed and before its offsets were asked is listed again, and then gone: a stream reports
         it as a deleted topic rather than failing on it (the chaos of a concurrent delete)."""
-        attempts = DELETION_RACE_ATTEMPTS
-        while True:
-            try:
-                partitions = resolve_partitions(self._cluster, spec, missing_ok=True)
-                return partitions, (self._logs({tp: [start[tp]] if tp in start else [] for tp in partitions},
-                                               refresh=False) if partitions else {})
-            except UnknownTopicOrPartitionError:
-                attempts -= 1
-                if attempts == 0:
-                    raise
+        def read():
+            partitions = resolve_partitions(self._cluster, spec, missing_ok=True)
+            return partitions, (self._logs({tp: [start[tp]] if tp in start else [] for tp in partitions},
+                                           refresh=False) if partitions else {})
+        return _despite_deletions(read)
 
     def _next(self, spec: ReadSpec, start: dict[TopicPartition, Position]) -> dict:
         partitions, logs = self._reading(spec, start)
@@ -347,11 +342,13 @@ class SparkPlanner:
 
     def _plan_between(self, spec: ReadSpec, start: dict[TopicPartition, Position],
                       end: dict[TopicPartition, Position]) -> dict:
-        existing = set(self._admin.list_topics())
+        def read():
+            existing = set(self._admin.list_topics())
+            partitions = sorted(tp for tp in end if tp.topic in existing)
+            return existing, partitions, (self._logs({tp: [p for p in (start.get(tp), end[tp]) if p is not None]
+                                                      for tp in partitions}) if partitions else {})
+        existing, partitions, logs = _despite_deletions(read)
         warnings = self._gone(spec, [tp for tp in end if tp.topic not in existing])
-        partitions = sorted(tp for tp in end if tp.topic in existing)
-        logs = self._logs({tp: [p for p in (start.get(tp), end[tp]) if p is not None] for tp in partitions}) \
-            if partitions else {}
         ranges = []
         for tp in partitions:
             # The recorded end, even above today's high watermark (a new leader's catching up; its
@@ -398,6 +395,20 @@ class SparkPlanner:
             self._hosts = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
             self._hosts_at = time.monotonic()
         return self._hosts.get(ray_node_id, "")
+
+
+def _despite_deletions(read: Callable[[], Any]) -> Any:
+    """``read()``, which lists topics and then asks their logs, again when a topic listed is deleted
+    before its logs were asked (DELETION_RACE_ATTEMPTS in all): listed again, it is gone, and the
+    stream reports it deleted rather than failing on it (found by the chaos run's topic re-creation)."""
+    attempts = DELETION_RACE_ATTEMPTS
+    while True:
+        try:
+            return read()
+        except UnknownTopicOrPartitionError:
+            attempts -= 1
+            if attempts == 0:
+                raise
 
 
 def ensure_planner(namespace: str):

@@ -761,6 +761,35 @@ def test_a_re_created_topic_is_reported_and_read_from_its_start(cluster, spark, 
         query.stop()
 
 
+def test_a_topic_deleted_between_a_batchs_listing_and_its_offsets_is_reported_not_a_failure(cluster):
+    """Issue 32, finding 3, found by the chaos run's topic re-creation: planning a micro-batch listed
+    the topics, the topic was deleted before its offsets were asked, and the lenient query failed
+    with UnknownTopicOrPartitionError. The deletion is made to fall exactly there (the planner's
+    first look at the logs deletes the topic first); the batch now lists again and reports the
+    topic deleted."""
+    from spark_bridge.planner import SparkPlanner
+
+    topic = fresh_topic(cluster, 1)
+    produce_numbered(cluster, topic, [5])
+
+    class DeletedMeanwhile(SparkPlanner):
+        deleted = False
+
+        def _logs(self, at, refresh=True):
+            if not self.deleted:
+                self.deleted = True
+                self._admin.delete_topics([topic])
+                wait_for(lambda: topic not in self._admin.list_topics(), timeout_s=60)
+            return super()._logs(at, refresh)
+
+    planner = DeletedMeanwhile(cluster.config.namespace)
+    answer = json.loads(planner.plan_between(json.dumps({"subscribe": topic, "failOnDataLoss": "false"}),
+                                             json.dumps({topic: {"0": 0}}), json.dumps({topic: {"0": 5}})))
+    assert "error" not in answer, answer
+    assert answer["ranges"] == []
+    assert any(f"{topic}-0: deleted" in w for w in answer["warnings"]), answer["warnings"]
+
+
 def test_a_deleted_topic_is_reported_and_the_stream_reads_on_without_it(cluster, spark, tmp_path):
     """Finding 3: with subscribe, deleting one of the topics failed the query whatever failOnDataLoss
     said. Now it is data loss, as in Kafka's source: the query fails with failOnDataLoss, else
