@@ -8,12 +8,15 @@ stdout goes away (`| head`: exit 0). Never prints a traceback for any of these.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
 import select
+import signal
 import stat
 import sys
+import threading
 import time
 from dataclasses import dataclass
 
@@ -185,34 +188,58 @@ def cmd_consume(args) -> int:
     ends = EndTracker(consumer, cluster.admin()) if args.exit_at_end else None
     last_record = time.monotonic()
     try:
-        while limit is None or count < limit:
-            wait_ms = POLL_MS
-            if args.timeout_ms is not None:
-                wait_ms = max(0, min(POLL_MS, args.timeout_ms - (time.monotonic() - last_record) * 1000))
-            polled = consumer.poll(timeout_ms=wait_ms, max_records=None if limit is None else limit - count)
-            for records in polled.values():
-                for r in records:
-                    out.write(write(r))
-                count += len(records)
-            if polled:
-                out.flush()
-                last_record = time.monotonic()
-            elif args.timeout_ms is not None and (time.monotonic() - last_record) * 1000 >= args.timeout_ms:
-                break
-            elif _reader_gone(out):
-                raise BrokenPipeError
-            if ends is not None and ends.all_done(idle=not polled):
-                break
+        with _interrupts() as interrupted:
+            while (limit is None or count < limit) and not interrupted.is_set():
+                wait_ms = POLL_MS
+                if args.timeout_ms is not None:
+                    wait_ms = max(0, min(POLL_MS, args.timeout_ms - (time.monotonic() - last_record) * 1000))
+                polled = consumer.poll(timeout_ms=wait_ms, max_records=None if limit is None else limit - count)
+                for records in polled.values():
+                    for r in records:
+                        out.write(write(r))
+                    count += len(records)
+                if polled:
+                    out.flush()
+                    last_record = time.monotonic()
+                elif args.timeout_ms is not None and (time.monotonic() - last_record) * 1000 >= args.timeout_ms:
+                    break
+                elif _reader_gone(out):
+                    raise BrokenPipeError
+                if ends is not None and ends.all_done(idle=not polled):
+                    break
+            if interrupted.is_set():
+                status = 130
     except KeyboardInterrupt:
         status = 130
     except BrokenPipeError:
         _quiet_stdout()
     finally:
-        try:
+        with contextlib.suppress(KeyboardInterrupt):  # a second ^C: leave without waiting
             consumer.close()
-        except KeyboardInterrupt:
-            pass
     if not args.quiet:
         print(f"consumed {count} records", file=sys.stderr)
     return status
+
+
+@contextlib.contextmanager
+def _interrupts():
+    """An Event ^C sets, which the poll loop checks between polls, instead of a KeyboardInterrupt
+    raised wherever the main thread is: inside the client it can leave a lock held or a call half
+    done, and close() (commit, leave the group) then hang. A second ^C raises at once."""
+    interrupted = threading.Event()
+
+    def on_sigint(signum, frame):
+        if interrupted.is_set():
+            raise KeyboardInterrupt
+        interrupted.set()
+
+    try:
+        previous = signal.signal(signal.SIGINT, on_sigint)
+    except ValueError:  # not the main thread: ^C stays Python's
+        previous = None
+    try:
+        yield interrupted
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
