@@ -62,6 +62,10 @@ PRODUCER_ID_BASE = 1 << 62
 TOPICS_TTL_S = 1.0
 """How long the cluster's topic list (for pattern subscriptions and partition counts) is reused."""
 RETRY_BACKOFF_S = 0.1
+LEADER_WATCH_S = 1.0
+"""A call to the offsets partition's leader unanswered this long has the leader looked up again,
+as often while it waits (the clients' LeaderWatch, raylog/metadata.py)."""
+_REPLACED = object()
 
 logger = get_logger(__name__)
 
@@ -117,19 +121,48 @@ class GroupCoordinator:
         """Call the offsets partition's leader, following it through leader changes. With
         ``with_epoch`` each attempt names the leader epoch of the leader it goes to (``leader_epoch=``),
         so a retry after a leader change is not fenced for the epoch the first attempt saw."""
-        deadline = time.monotonic() + self.config.request_timeout_ms / 1000
+        timeout_s = self.config.request_timeout_ms / 1000
+        deadline = time.monotonic() + timeout_s
         while True:
             try:
                 if self._leader is None:
                     await self._refresh_leader()
                 extra = {"leader_epoch": self._leader_epoch} if with_epoch else {}
-                return await getattr(self._leader, method).remote(*args, **kwargs, **extra)
+                answer = await self._unless_replaced(getattr(self._leader, method).remote(*args, **kwargs, **extra),
+                                                     self._leader_epoch)
+                if answer is not _REPLACED:
+                    return answer
+                # Each replacement is a new leader epoch: the new leader gets a whole request timeout.
+                self._leader, deadline = None, time.monotonic() + timeout_s
+                continue
             except Exception as exc:  # noqa: BLE001 - sorted below
                 err = translate(exc)
                 if not getattr(err, "retriable", False) or time.monotonic() > deadline:
                     raise err from None
                 self._leader = None
                 await asyncio.sleep(RETRY_BACKOFF_S)
+
+    async def _unless_replaced(self, ref, epoch: int):
+        """The call's answer, or _REPLACED once the controller names a leader of a newer epoch while
+        it waits. A paused leader is fenced after the session timeout and its
+        lease lapsed before that, so it can acknowledge nothing: waiting for its answer only holds
+        every request of the coordinator's groups until it wakes. The write is then resent, same
+        sequence, to the new leader, whose producer state answers a duplicate."""
+        call = asyncio.ensure_future(ref)
+        try:
+            while True:
+                done, _ = await asyncio.wait({call}, timeout=LEADER_WATCH_S)
+                if done:
+                    return call.result()
+                try:
+                    description, _ = await asyncio.wait_for(
+                        self._controller().topic_metadata.remote(OFFSETS_TOPIC), LEADER_WATCH_S)
+                except (asyncio.TimeoutError, ray.exceptions.RayError, ValueError):
+                    continue  # the controller busy or restarting: look again
+                if description.partitions[self.partition].leader_epoch > epoch:
+                    return _REPLACED
+        finally:
+            call.cancel()
 
     async def _load(self) -> None:
         self.state = GroupCoordinatorState(wall_clock_ms)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 import uuid
 
@@ -143,6 +144,48 @@ def test_a_commit_after_the_offsets_partition_leader_moved_succeeds_on_a_retry_n
     # client does not retry a commit): succeeding at all is the evidence, however slow the machine.
     commit(consumer, sim, 2)
     assert committed(sim, group) == 2
+    consumer.close()
+
+
+def test_a_commit_while_the_offsets_leader_is_paused_is_written_to_the_next_leader_before_it_wakes(sim):
+    """Issue 31, failover: the coordinator's write to a paused offsets-partition leader waited for
+    its answer until the leader woke (the chaos run's commits took the member's whole request
+    timeout, and held the group's polls). The paused leader is fenced after the session timeout
+    and can acknowledge nothing; the coordinator now looks the leader up again while its call
+    waits and resends the write, same sequence, to the leader elected. The leader stays paused
+    until the commit returns (or the member's request timeout passes)."""
+    group = f"g5-{uuid.uuid4().hex[:6]}"
+    consumer = sim.cluster.consumer(group_id=group, enable_auto_commit=False, request_timeout_ms=60_000)
+    consumer.assign([TopicPartition(sim.topic, 0)])
+    with_retries(lambda: commit(consumer, sim, 1), 60)
+    admin = sim.cluster.admin()
+    p = offsets_partition(group)
+    wait_for(lambda: len(admin.describe_topics([OFFSETS_TOPIC])[0].partitions[p].isr) == 3, timeout_s=120)
+    before = admin.describe_topics([OFFSETS_TOPIC])[0].partitions[p]
+    leader = next(r for r in offsets_replicas(sim, group) if r.get("replica_id") == before.leader.replica_id)
+    done = threading.Event()
+    outcome: list = []
+
+    def commit_in_thread():
+        try:
+            commit(consumer, sim, 2)
+            outcome.append("committed")
+        except RaylogError as exc:
+            outcome.append(exc)
+        done.set()
+
+    os.kill(leader["pid"], signal.SIGSTOP)
+    try:
+        threading.Thread(target=commit_in_thread, daemon=True).start()
+        done.wait(90)
+        woke_before_answer = not done.is_set()
+    finally:
+        os.kill(leader["pid"], signal.SIGCONT)
+    done.wait(90)
+    assert not woke_before_answer, "the commit waited for the paused leader"
+    assert outcome == ["committed"]
+    assert committed(sim, group) == 2
+    assert admin.describe_topics([OFFSETS_TOPIC])[0].partitions[p].leader_epoch > before.leader_epoch
     consumer.close()
 
 
