@@ -16,7 +16,10 @@ The workload (what Kafka users run, and what Jepsen's queue test runs against Ka
 - An observer reads the group's committed offsets twice a second.
 - With ``spark=True``, a Spark micro-batch stream (spark_bridge.stream through RayDP) reads the
   topic under its own group and writes each batch to parquet under its batch id; the checker
-  reads the parquet back.
+  reads the parquet back. A second query streams a lossy topic (tests/support/lossy.py) through
+  two more faults, an unclean leader election and the topic deleted and created again: what
+  they lose is lost by design, and the checker asks that the stream re-emit nothing, skip
+  nothing left in the log and never stop.
 
 Faults come from tests/support/faults.py (its module doc is the fault model), one at a time:
 inject, hold it for its duration, heal, let the cluster settle, next. At the end every fault is
@@ -29,8 +32,8 @@ polled by the group, make no progress for longer than STALL_FACTOR x replica_ses
 is a ``stall``, unless the partition could not serve meanwhile: the controller showed it without
 a leader or short of MIN_INSYNC in-sync replicas, or a fault that leaves no healthy leader (the
 whole cluster restarting, the controller down, a full disk on the leader) covers that time, or
-for polls a faulty or changing group (its coordinator or a member paused or killed, members
-replaced or added: members commit synchronously, and a rebalance hands partitions over). A paused leader is no excuse: it is fenced after the session timeout, and
+for polls a faulty or changing group (its coordinator or a member paused or killed, its offsets
+partition short of in-sync replicas, members replaced or added: members commit synchronously, and a rebalance hands partitions over). A paused leader is no excuse: it is fenced after the session timeout, and
 clients resend to the next.
 
 Run it: ``python -m tests.support.chaos --minutes 30 --out bench/results/chaos.json`` (``make
@@ -58,10 +61,11 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raylog import ray_calls
 from raylog.errors import RaylogError
+from raylog.naming import OFFSETS_TOPIC
 from raylog.records import TopicPartition
 from tests.support.cluster import simulated_cluster
 from tests.support.faults import KILLS, PAUSES, FaultInjector
-from tests.support import topics
+from tests.support import lossy, topics
 from tests.support.history import History, render, value_of
 
 TOPIC = "chaos"
@@ -94,6 +98,8 @@ DATA_DIR_MB = 512
 WEIGHTS = {**{k: 2 for k in KILLS}, **{k: 2 for k in PAUSES}, "lose-node": 1, "restart-node": 2,
            "restart-cluster": 1, "elect-leaders": 1, "reassign": 1, "fill-disk": 1, "pause-busy-leader": 2,
            "flip-follower-byte": 1, "intrude-channels": 1}
+SPARK_WEIGHTS = {"unclean-election": 1, "recreate-topic": 1}
+"""The lossy topic's faults, in runs with the Spark stream."""
 STALL_FACTOR = 2
 """A partition without progress for longer than this many session timeouts is a stall."""
 EXCUSED = ("restart-cluster", "kill-controller", "pause-controller", "fill-disk")
@@ -105,6 +111,10 @@ EXCUSED_POLLS = ("kill-coordinator", "pause-coordinator", "kill-member", "pause-
 partition is faulty: members commit after every poll and wait for it (Kafka's commitSync), so a
 coordinator paused or restarting holds the group's polls; a member paused or killed holds its
 partitions until the group's session timeout and a rebalance hand them on, as in a Kafka group."""
+OFFSETS = -1
+"""Progress.note_isr's key for the group's __consumer_offsets partition: while it is short of
+in-sync replicas, commits (which members wait for after every poll) cannot be written, and the
+group's polls of every partition may stall with them."""
 SLOW_STEP_S = 1.0
 """A member's poll, report (to the ledger) or commit that took this long is listed with the stalls
 it overlaps."""
@@ -344,7 +354,10 @@ class Progress:
                     continue
                 # The part of the gap no excused window covers.
                 uncovered = [(a, b)]
-                for start, end in windows.get(kind, []) + short.get(partition, []):
+                excuses = windows.get(kind, []) + short.get(partition, [])
+                if kind == "polls":
+                    excuses = excuses + short.get(OFFSETS, [])
+                for start, end in excuses:
                     uncovered = [piece for lo, hi in uncovered for piece in ((lo, min(hi, start)), (max(lo, end), hi))
                                  if piece[1] > piece[0]]
                 longest = max((hi - lo for lo, hi in uncovered), default=0.0)
@@ -623,10 +636,11 @@ node loses raylog replicas, not the Spark job reading them (RayDP does not repla
 class Stream:
     """The Spark micro-batch stream: parquet per batch id under ``out``."""
 
-    def __init__(self, out: Path):
+    def __init__(self, out: Path, lossy_errors: list[str]):
         import spark_bridge
 
         self.out = out
+        self.lossy_errors = lossy_errors
         self.session = spark_bridge.session(app_name="raylog-chaos", configs={
             f"spark.ray.raydp_spark_executor.actor.resource.{SPARK_HOST}": "1",
             f"spark.ray.raydp_spark_master.actor.resource.{SPARK_HOST}": "1"})
@@ -636,12 +650,16 @@ class Stream:
                 str(out / f"batch-{batch_id:06d}"), mode="overwrite"),
             checkpoint_location=str(out.parent / "stream-checkpoint"), starting_offsets="earliest",
             max_offsets_per_trigger=20_000, trigger_interval_s=1.0)
+        self.lossy = lossy.start_query(self.session, out.parent)
         self._moved = (None, time.monotonic())
         """(the group's committed offsets, when they last changed)."""
 
     def stuck(self, cluster) -> bool:
         """Whether the stream has committed nothing new for STREAM_STUCK_S while records wait for it
-        (or its query ended)."""
+        (or its query ended), or its lossy query stopped (an error the checker reports)."""
+        if not self.lossy.isActive:
+            self.lossy_errors.append(str(self.lossy.exception()))
+            return True
         if not self.query.isActive:
             return True
         try:
@@ -652,6 +670,13 @@ class Stream:
             self._moved = (now, time.monotonic())
             return False
         return time.monotonic() - self._moved[1] > STREAM_STUCK_S
+
+    def drain_lossy(self, timeout_s: float) -> bool:
+        """Whether the lossy query processed all its topic holds (it has stopped being written)."""
+        waiter = threading.Thread(target=self.lossy.processAllAvailable, name="chaos-lossy-drain", daemon=True)
+        waiter.start()
+        waiter.join(timeout_s)
+        return not waiter.is_alive() and self.lossy.isActive
 
     def drain(self, cluster, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
@@ -671,9 +696,10 @@ class Stream:
         if self.session is None:
             return
         try:
-            stopper = threading.Thread(target=self.query.stop, name="chaos-query-stop", daemon=True)
-            stopper.start()
-            stopper.join(QUERY_STOP_S)
+            for query in (self.lossy, self.query):
+                stopper = threading.Thread(target=query.stop, name="chaos-query-stop", daemon=True)
+                stopper.start()
+                stopper.join(QUERY_STOP_S)
         finally:
             self.session.stop(timeout_s=60)
             self.session = None
@@ -704,7 +730,10 @@ class Workload:
         self.local_requests = 0
         self.producers = Producers(sim.cluster, history, self.progress)
         self.group = Group(sim, history, self.progress, rng, say)
-        self.stream = Stream(out) if out is not None else None
+        self.lossy_errors: list[str] = []
+        self.lossy_acked: set[bytes] = set()
+        self.lossy = lossy.LossyProducer(sim.cluster) if out is not None else None
+        self.stream = Stream(out, self.lossy_errors) if out is not None else None
         self.stream_restarts = 0
 
     def supervise(self) -> None:
@@ -716,12 +745,18 @@ class Workload:
             # the parquet it writes is still exactly once.
             self.say("  the Spark stream stopped moving; restarted from its checkpoint")
             self.stream.stop()
-            self.stream = Stream(self.out)
+            self.stream = Stream(self.out, self.lossy_errors)
             self.stream_restarts += 1
+
+    def _stop_lossy(self) -> None:
+        if self.lossy is not None:
+            self.lossy.stop()
+            self.lossy_acked |= self.lossy.acked
 
     def stop_producers(self) -> None:
         self.producers.stop()
         self.local_requests += self.group.stop_producers()
+        self._stop_lossy()
 
     def restart_cluster(self) -> str:
         """The whole-cluster restart fault: the workload stops (what the producers had not had
@@ -733,6 +768,7 @@ class Workload:
         rng, sim = self.rng, self.sim
         self.producers.stop(flush_timeout_s=30)
         self.local_requests += self.group.stop_producers()
+        self._stop_lossy()
         if self.stream is not None:
             self.stream.stop()
         # The members stop before their ledger (an actor) goes with the cluster: what they polled and
@@ -753,7 +789,8 @@ class Workload:
         self.group.generation = self.generation
         self.group.start()
         if self.out is not None:
-            self.stream = Stream(self.out)
+            self.lossy = lossy.LossyProducer(sim.cluster, first=self.lossy.next)
+            self.stream = Stream(self.out, self.lossy_errors)
         return (f"{'SIGKILL of every process' if kill else 'stopped'}, workers back in a random order"
                 + (", one after the others elected" if late else ""))
 
@@ -798,6 +835,8 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
         if not sim.disks:
             say("fill-disk skipped: this machine does not let the run mount a tmpfs (needs root)")
         sim.cluster.admin().create_topic(TOPIC, PARTITIONS, replication_factor=3)
+        if spark:
+            lossy.create(sim.cluster)
         in_use = threading.Lock()
         """Held by the observer thread while it calls the cluster, and by a whole-cluster restart:
         no thread may be inside a Ray call while Ray is shut down and started again."""
@@ -809,8 +848,12 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
             with in_use:
                 return work.restart_cluster()
 
+        own = {"unclean-election": lambda: lossy.unclean_election(sim.cluster, work.lossy),
+               "recreate-topic": lambda: lossy.recreate(sim.cluster)} if spark else {}
         injector = FaultInjector(sim, [TOPIC], rng, group=GROUP, members=lambda: work.group.handles(),
-                                 pause_s=(2.0, 6.0) if short else (2.0, 20.0), restart_cluster=restart_cluster)
+                                 pause_s=(2.0, 6.0) if short else (2.0, 20.0), restart_cluster=restart_cluster,
+                                 own=own)
+        weights = {**WEIGHTS, **(SPARK_WEIGHTS if spark else {})}
         cleanup.callback(injector.heal_all)
         stop_observer = threading.Event()
         cleanup.callback(stop_observer.set)
@@ -827,6 +870,8 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
                         now = time.monotonic()
                         for state in states:
                             work.progress.note_isr(state["partition"], in_sync(state), now)
+                        offsets = ray_calls.get(sim.cluster.controller.partition_states.remote(OFFSETS_TOPIC), 10)
+                        work.progress.note_isr(OFFSETS, all(in_sync(s) for s in offsets), time.monotonic())
                     except (RaylogError, ray.exceptions.RayError):
                         pass
 
@@ -850,7 +895,7 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
                 # Drawn from a shuffled deck holding each kind WEIGHTS times, not independently: every
                 # kind comes up once in each deck (31 faults), so a rare one, as a whole-cluster
                 # restart, is in every run of that length.
-                deck = [k for k in WEIGHTS for _ in range(WEIGHTS[k])]
+                deck = [k for k in weights for _ in range(weights[k])]
                 rng.shuffle(deck)
             kind = schedule[n % len(schedule)] if schedule else deck.pop()
             if kind == "fill-disk" and not sim.disks:
@@ -893,11 +938,16 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
                 break
             time.sleep(1)
         stream_drained = work.stream.drain(cluster, 240) if work.stream else None
+        if work.stream is not None and not work.stream.drain_lossy(240):
+            stream_drained = False
         group.stop()
         group.pump()
         stop_observer.set()
         observer.join(timeout=10)
+        lossy_found, lossy_summary = {}, {}
         if work.stream is not None:
+            lossy_found, lossy_summary = lossy.check(work.stream.session, root, lossy.final_values(cluster),
+                                                     work.lossy_acked, work.lossy_errors)
             work.stream.stop()
             work.stream.record(history)
             work.stream = None
@@ -906,6 +956,8 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
         if spark:
             final_committed.update({(STREAM_GROUP, p): o for p, o in committed(cluster, STREAM_GROUP).items()})
         anomalies = history.check(final, final_committed=final_committed, drained=drained)
+        if spark:
+            anomalies.update(lossy_found)
         if lost := group.lost_commits(final_committed):
             anomalies.setdefault("committed-offsets-backwards", []).extend(lost)
         if injector.intrusions:
@@ -926,7 +978,7 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
                                      for member, step, at, took in group.slow_steps
                                      if at / 1e9 - started <= stall["to_s"] and at / 1e9 - started + took >= stall["from_s"]]
         operations = {**history.summary(), "commits": group.commits, "sent_over_same_node_channels":
-                      work.local_requests, "stream_restarts": work.stream_restarts}
+                      work.local_requests, "stream_restarts": work.stream_restarts, **lossy_summary}
         errors = {}
         for member in group.handles():
             try:

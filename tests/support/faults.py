@@ -91,11 +91,14 @@ class FaultInjector:
     optionally, a consumer group ``group`` whose members ``members()`` returns as actor handles."""
 
     def __init__(self, sim, topics: list[str], rng: random.Random, group: str | None = None,
-                 members=None, pause_s: tuple[float, float] = (2.0, 20.0), restart_cluster=None):
+                 members=None, pause_s: tuple[float, float] = (2.0, 20.0), restart_cluster=None,
+                 own: dict | None = None):
         """``restart_cluster()``: runs a whole-cluster restart (with the workload around it) and
-        describes it; without one that fault is skipped."""
+        describes it; without one that fault is skipped. ``own``: faults the workload runs itself
+        (kind -> a callable that runs one and describes it), recorded as the others."""
         self.sim = sim
         self.restart_cluster = restart_cluster
+        self.own = own or {}
         self.topics = topics
         self.rng = rng
         self.group = group
@@ -178,7 +181,9 @@ class FaultInjector:
 
     def _start(self, fault: Fault) -> None:
         action, _, what = fault.kind.partition("-")
-        if fault.kind in KILLS + PAUSES:
+        if fault.kind in self.own:
+            fault.target = self.own[fault.kind]()
+        elif fault.kind in KILLS + PAUSES:
             target = self._target_pid(what)
             if target is None:
                 raise ValueError(f"no {what} to {action}")

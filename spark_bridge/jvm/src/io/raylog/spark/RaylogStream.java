@@ -36,12 +36,15 @@ import org.slf4j.LoggerFactory;
 final class RaylogStream implements MicroBatchStream, SupportsTriggerAvailableNow, ReportsSourceMetrics {
   private static final Logger LOG = LoggerFactory.getLogger(RaylogStream.class);
   static final String INITIAL_OFFSETS_FILE = "raylog-initial-offsets.json";
+  static final int WARNINGS_KEPT = 1000;
 
   private final SourceOptions options;
   private final String[] columns;
   private final String checkpointLocation;
   private RaylogOffset availableNow;
   private RaylogOffset latestSeen;
+  /** The losses already logged (each once; forgotten past WARNINGS_KEPT). */
+  private final java.util.Set<String> warned = new java.util.HashSet<>();
   /** When the last batch was let through (Kafka's lastTriggerMillis: 0, so a new query's first
    *  trigger is never held back by minOffsetsPerTrigger). */
   private long lastTriggerMs;
@@ -173,9 +176,18 @@ final class RaylogStream implements MicroBatchStream, SupportsTriggerAvailableNo
     return end;
   }
 
-  private static void warn(JsonNode answer) {
+  /**
+   * Each loss once per stream: a trigger that finds no new data re-plans from the same offset and
+   * finds the same loss again until a batch moves past it (the chaos run logged one ten times).
+   */
+  private void warn(JsonNode answer) {
     for (JsonNode w : answer.path("warnings")) {
-      LOG.warn("raylog stream: {} (failOnDataLoss=false)", w.asText());
+      if (warned.size() > WARNINGS_KEPT) {
+        warned.clear();
+      }
+      if (warned.add(w.asText())) {
+        LOG.warn("raylog stream: {} (failOnDataLoss=false)", w.asText());
+      }
     }
   }
 
