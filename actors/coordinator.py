@@ -144,10 +144,10 @@ class GroupCoordinator:
 
     async def _unless_replaced(self, ref, epoch: int):
         """The call's answer, or _REPLACED once the controller names a leader of a newer epoch while
-        it waits. A paused leader is fenced after the session timeout and its
-        lease lapsed before that, so it can acknowledge nothing: waiting for its answer only holds
-        every request of the coordinator's groups until it wakes. The write is then resent, same
-        sequence, to the new leader, whose producer state answers a duplicate."""
+        it waits. A paused leader is fenced after the session timeout and its lease lapsed before
+        that, so it can acknowledge nothing: waiting for its answer only holds every request of the
+        coordinator's groups until it wakes. The write is then resent, same sequence, to the new
+        leader, whose producer state answers a duplicate."""
         call = asyncio.ensure_future(ref)
         try:
             while True:

@@ -20,6 +20,7 @@ import os
 import signal
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 from raylog.errors import RaylogError
@@ -90,7 +91,8 @@ class LossyProducer:
                 self._failed.set()
             if self._failed.is_set():
                 producer.close(timeout=5)
-                producer, _ = None, self._failed.clear()
+                producer = None
+                self._failed.clear()
                 self._stop.wait(0.5)
             self._stop.wait(SEND_INTERVAL_S)
         if producer is not None:
@@ -175,9 +177,9 @@ def check(session, out: Path, final: list[bytes], acked: set[bytes], errors: lis
     """The anomalies of the stream of the lossy topic, and a summary of what ran."""
     written = [bytes(r["value"]) for r in session.read.parquet(str(out / "lossy-out")).collect()] \
         if (out / "lossy-out").exists() else []
-    seen: set[bytes] = set()
-    twice = sorted({v for v in written if v in seen or seen.add(v)})
-    skipped = sorted(set(final) - seen)
+    counts = Counter(written)
+    twice = sorted(v for v, n in counts.items() if n > 1)
+    skipped = sorted(set(final) - counts.keys())
     anomalies = {}
     if twice:
         anomalies["stream-re-emitted"] = twice
