@@ -1101,7 +1101,7 @@ class Controller:
             self.state.topic(name)  # UnknownTopicOrPartitionError for a topic that does not exist
             return {"started": 0, "total": 0, "missing": [], "done": True}
         return {"started": progress["started"], "total": progress["total"],
-                "missing": sorted(progress["missing"]), "done": False}
+                "missing": sorted(progress["missing"]), "done": not progress["missing"]}
 
     # --- consumer groups' coordinators ------------------------------------------------------------
 
@@ -1111,10 +1111,14 @@ class Controller:
         named, restarted by Ray, started near its partition's leader."""
         await self._ensure_started()
         async with self._offsets_lock():
-            if OFFSETS_TOPIC not in self.state.topics:
+            existing = self.state.topics.get(OFFSETS_TOPIC)
+            if existing is None:
                 await self._nodes_registered()
                 spare = len(self.nodes_alive - {self.head_node}) or len(self.nodes_alive)
                 await self.create_topic(OFFSETS_TOPIC, self.config.offsets_topic_num_partitions, min(3, spare),
+                                        OFFSETS_TOPIC_CONFIG, internal=True)
+            elif OFFSETS_TOPIC in self._creating:  # an earlier creation timed out: this one waits for the rest
+                await self.create_topic(OFFSETS_TOPIC, len(existing.partitions), len(existing.partitions[0]["replicas"]),
                                         OFFSETS_TOPIC_CONFIG, internal=True)
             topic = self.state.topic(OFFSETS_TOPIC)
             handles = [self._ensure_coordinator(topic, p) for p in range(len(topic.partitions))]
@@ -1192,8 +1196,13 @@ class Controller:
                 continue
             done, _ = await asyncio.wait(list(pending), timeout=window, return_when=asyncio.FIRST_COMPLETED)
             if not done:
-                for fut in pending:
+                loop = asyncio.get_running_loop()
+                for fut, key in pending.items():
                     fut.cancel()
+                    # Still starting (a busy node): attached, watched and counted whenever it answers.
+                    # Left unattached, it ran with the role it was created with and its death went
+                    # unseen: a killed leader led on after Ray restarted it, and nobody was elected.
+                    self._background.append(loop.create_task(self._start_late(key, progress)))
                 missing = sorted(progress["missing"])
                 raise TopicCreationIncompleteError(
                     f"topic {topic.name!r} is incomplete: {len(missing)} replicas (partition, replica) did not "
@@ -1219,6 +1228,11 @@ class Controller:
         self._creating.pop(topic.name, None)
         for p in partitions:
             self._push(topic, p)
+
+    async def _start_late(self, key: tuple, progress: dict) -> None:
+        if await self._await_return(key):
+            progress["started"] += 1
+            progress["missing"].discard((key[1], key[2]))
 
     async def delete_topic(self, name: str) -> None:
         """Record the deletion, then remove each replica's files in the background: a replica that

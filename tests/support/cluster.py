@@ -137,7 +137,7 @@ class SimulatedCluster:
         them back late). ``kill``: SIGKILL every process of the cluster (a power cut after the data
         reached the page cache) instead of stopping it."""
         if kill:
-            kill_cluster_processes()
+            self.power_cut()
         _shutdown(self.sim)
         head_dir = os.path.join(self.data_root, "head")
         self.sim = Cluster(initialize_head=True, head_node_args=self.head_args)
@@ -147,6 +147,13 @@ class SimulatedCluster:
                                       cluster_config=harness_config(cluster_config), log_to_driver=log_to_driver)
         for data_dir in workers:
             self.add(data_dir)
+
+    def power_cut(self) -> None:
+        """SIGKILL every process of the cluster at once (see kill_cluster_processes). This process
+        is a client, not part of the cluster: it detaches first, or its core worker may end it when
+        its raylet dies (two chaos runs ended that way, silently)."""
+        ray.shutdown()
+        kill_cluster_processes()
 
     def unmount_all(self) -> None:
         for path in reversed(self._mounts):
@@ -162,11 +169,11 @@ class SimulatedCluster:
 
 
 def _start(data_root: str, workers: int | list[str], head_resources: dict | None, head_cpus: int,
-           disk_mb: int | None) -> SimulatedCluster:
+           disk_mb: int | None, health_checks: dict | None = None) -> SimulatedCluster:
     head_dir = os.path.join(data_root, "head")
     head_args = {**NODE_ARGS, "num_cpus": head_cpus, "resources": head_resources or {},
                  "labels": {DATA_DIR_LABEL: head_dir},
-                 "_system_config": {**FAST_HEALTH_CHECKS, **RAY_SYSTEM_CONFIG}}
+                 "_system_config": {**FAST_HEALTH_CHECKS, **(health_checks or {}), **RAY_SYSTEM_CONFIG}}
     sim = Cluster(initialize_head=True, head_node_args=head_args)
     out = SimulatedCluster(sim, None, data_root, head_args, disk_mb)
     out.data_dirs[sim.head_node.node_id] = head_dir
@@ -182,13 +189,14 @@ def _start(data_root: str, workers: int | list[str], head_resources: dict | None
 @contextlib.contextmanager
 def simulated_cluster(data_root: str, workers: int | list[str] = 3, cluster_config: dict | None = None,
                       log_to_driver: bool = True, head_resources: dict | None = None, head_cpus: int = 1,
-                      disk_mb: int | None = None):
+                      disk_mb: int | None = None, health_checks: dict | None = None):
     """A head node and ``workers`` worker nodes: a count of new ones, or a list of data directories
     to start them on (a whole-cluster restart). ``head_resources``: custom resources of the head
     node only (to pin something there), which has ``head_cpus`` CPUs. ``disk_mb``: each worker's
     data directory is a tmpfs of that size, where the machine lets the test mount one (root);
-    ``sim.disks`` lists them (empty where mounting is refused)."""
-    out = _start(data_root, workers, head_resources, head_cpus, disk_mb)
+    ``sim.disks`` lists them (empty where mounting is refused). ``health_checks``: Ray's
+    health_check_* settings over FAST_HEALTH_CHECKS (a test that pauses a raylet gives it longer)."""
+    out = _start(data_root, workers, head_resources, head_cpus, disk_mb, health_checks)
     try:
         out.cluster = raylog.connect(address=out.sim.address, data_root=data_root,
                                      cluster_config=harness_config(cluster_config), log_to_driver=log_to_driver)
