@@ -230,7 +230,7 @@ def test_a_replica_whose_disk_lost_committed_records_is_not_elected_before_a_cop
         first = [] if damaged["ray_node_id"] == head else [sim.data_dirs[damaged["ray_node_id"]]]
         other_dir = sim.data_dirs[other["ray_node_id"]]
 
-        kill_cluster_processes()
+        sim.power_cut()
         segment = Path(damaged["directory"]) / "00000000000000000000.log"
         with open(segment, "rb+") as f:
             data_end = os.lseek(f.fileno(), 0, os.SEEK_HOLE)
