@@ -35,9 +35,15 @@ def pytest_runtest_makereport(item, call):
                 report.sections.append(("seed", f"rerun with RAYLOG_TEST_SEED={value}"))
 
 
-LONG = ("tests/faults/", "tests/spark/test_connector_failover.py", "tests/integration/test_many_partitions.py")
-"""The longest scenarios (simulated clusters killed, paused, restarted; 64 partitions): marked
-``long``, run by ``make test-long`` rather than ``make test``, and by CI after it."""
+LONG = ("tests/faults/", "tests/spark/test_connector_failover.py", "tests/integration/test_many_partitions.py",
+        "tests/spark/test_connector.py::test_a_cancelled_read_stops_its_tasks_at_once_and_frees_their_memory",
+        "tests/spark/test_spark_bridge.py::test_stop_returns_within_its_bound_by_force_and_a_new_session_starts",
+        "tests/integration/test_replication.py::test_with_no_in_sync_replica_alive_the_partition_stays_offline",
+        "tests/integration/test_replication.py::test_a_topic_deleted_while_a_replica_was_stopped_is_not_reopened")
+"""The longest scenarios (simulated clusters killed, paused, restarted; 64 partitions; a Spark
+session stopped by force; a replica stopped for good): marked ``long``, run by ``make
+test-long`` rather than ``make test``, and by CI after it. make test took 19:39 of its 20
+minutes in CI with the last four in it."""
 
 
 def pytest_collection_modifyitems(config, items):
