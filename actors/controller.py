@@ -979,7 +979,8 @@ class Controller:
                               partition_epoch: int) -> dict | None:
         """A leader's report that a batch of its log failed its CRC on disk: another in-sync replica
         leads from now on (the reporter refetches the batch as a follower). Returns the partition's
-        view, or None when nothing changed (a stale report, or no other in-sync replica)."""
+        view, changed or not (a stale report, or no other in-sync replica alive: the reporter learns
+        the state it missed and asks again); None for a partition no longer known."""
         key = (args.text("topic_id", topic_id, 64), args.integer("partition", partition, 0, args.INT32_MAX),
                args.integer("replica_id", replica_id, 0, args.INT32_MAX))
         leader_epoch = args.integer("leader_epoch", leader_epoch, 0, args.INT32_MAX)
@@ -991,10 +992,9 @@ class Controller:
         topic, p = found
         records, _ = self.state.replica_corrupt(topic.name, p, replica_id, leader_epoch, partition_epoch,
                                                 self._is_alive(topic, p))
-        if not records:
-            return None
-        self._commit(records, "corrupt_batch")
-        self._push(topic, p)
+        if records:
+            self._commit(records, "corrupt_batch")
+            self._push(topic, p)
         return self._view(topic, p)
 
     async def alter_isr(self, topic_name: str, partition: int, leader_id: int, leader_epoch: int,

@@ -100,6 +100,10 @@ LEASE_MARGIN_MS = 1000
 it: room for the two clocks' rates and the fencing check's own period."""
 READ_LOCATION_LEASE_WAIT_S = 1.0
 """How long read_location waits for a heartbeat's answer when the replica holds no lease yet."""
+CORRUPTION_REPORT_INTERVAL_S = 1.0
+"""How often a leader holding a corrupt batch asks the controller again to hand over, while readers
+still ask for the batch: it refuses while no other in-sync replica is alive (or the report was
+stale), and one may be back in sync, or heartbeat again, at any time."""
 DIRECTORY_LOCK_WAIT_S = 60.0
 """How long a starting replica waits for the previous process of its directory to exit (Ray ends the
 processes of a removed node within about 15 s here) before it fails to start, and is started again."""
@@ -192,10 +196,12 @@ class PartitionReplica:
         self._forever: asyncio.Future | None = None
         self._deleted = False
         self._lease_until = 0.0
+        """time.monotonic() until which this replica may act as a leader (see the module doc)."""
         self._corrupt_from: int | None = None
         """The first offset found corrupt on disk (a fetch's CRC check), cut and fetched again once
         this replica follows."""
-        """time.monotonic() until which this replica may act as a leader (see the module doc)."""
+        self._corruption_report: asyncio.Task | None = None
+        self._corruption_reported_at = float("-inf")
         self._heartbeat: asyncio.Future | None = None
         self._heartbeat_sent_at = 0.0
         self._controller_pid: int | None = None
@@ -1029,8 +1035,9 @@ class PartitionReplica:
             log_event(logger, "corrupt_batch", logging.ERROR, topic=self.topic, partition=self.partition,
                       replica=self.replica_id, offset=offset, directory=self.directory,
                       consequence="not_served_leadership_given_up_refetched_as_follower")
-            if self.state.role == LEADER:
-                asyncio.get_running_loop().create_task(self._report_corruption())
+        if self.state.role == LEADER and self._corruption_report is None \
+                and time.monotonic() - self._corruption_reported_at >= CORRUPTION_REPORT_INTERVAL_S:
+            self._corruption_report = asyncio.get_running_loop().create_task(self._report_corruption())
         if corrupt.position:
             return data[:corrupt.position]
         raise KafkaStorageError(f"replica {self.replica_id} of {self.topic}-{self.partition} holds a corrupt batch at "
@@ -1043,10 +1050,16 @@ class PartitionReplica:
             state = await controller.replica_corrupt.remote(self.topic_id, self.partition, self.replica_id,
                                                             self.state.leader_epoch, self.state.partition_epoch)
         except Exception:  # noqa: BLE001 - the controller is away: the next fetch of the batch reports it again
-            self._corrupt_from = None
-            return
+            state = None
+        finally:
+            self._corruption_report = None
+            self._corruption_reported_at = time.monotonic()
         if state is not None:
             self._apply_state(_checked_state(state))
+        if self.state.role == LEADER and self._corrupt_from is not None:
+            log_event(logger, "corrupt_batch_kept", logging.WARNING, topic=self.topic, partition=self.partition,
+                      replica=self.replica_id, offset=self._corrupt_from,
+                      consequence="no_in_sync_replica_takes_over_nothing_served_past_it_asked_again_while_read")
 
     # --- cross-language calls (the Spark connector's JVM) -------------------------------------
     # Ray's Java API passes ints, strings, bytes and lists; an exception reaches Java as a

@@ -252,3 +252,57 @@ def test_a_byte_rotted_on_a_replica_is_never_served_and_the_replica_fetches_it_a
         fixed = next(b for b in rb.iter_batches(again) if b.base_offset == 700)
         assert fixed.compute_crc() == fixed.crc, "fetched again from the new leader"
         producer.close()
+
+
+def test_a_rotted_leader_refused_a_hand_over_asks_again_once_an_in_sync_replica_is_back(tmp_path):
+    """The rotted replica leads, and its only follower is paused and fenced when a reader first
+    reaches the corrupt batch: the controller refuses the hand-over (no other in-sync replica).
+    The leader used to report a batch once only, so the partition served nothing past it for good
+    (a short chaos run's final read once waited 180 s on it). It asks again while readers still
+    ask for the batch: once the follower is back in sync, it takes over and every record is read."""
+    with simulated_cluster(str(tmp_path), workers=2, cluster_config=CONFIG) as sim:
+        admin = sim.cluster.admin()
+        admin.create_topic("rot", 1, replication_factor=2)
+        producer = sim.cluster.producer(acks="all", linger_ms=0, compression_type="none")
+        values = [b"record %05d" % i for i in range(1000)]
+        for start in range(0, 1000, 100):
+            producer.send_batch("rot", values[start:start + 100], partition=0).wait(60)
+        producer.close()
+        state = admin.describe_partitions("rot")[0]
+        victim = next(r for r in state["replicas"] if r["replica_id"] != state["leader"])
+        other = next(r for r in state["replicas"] if r["replica_id"] == state["leader"])
+        segment = sorted(p for p in os.listdir(victim["directory"]) if p.endswith(".log"))[0]
+        path = os.path.join(victim["directory"], segment)
+        with open(path, "rb") as f:
+            data = f.read()
+        batch = next(b for b in rb.iter_batches(data) if b.base_offset == 500)
+        with open(path, "r+b") as f:
+            f.seek(batch.position + batch.size - 5)
+            f.write(bytes([data[batch.position + batch.size - 5] ^ 0xFF]))
+        admin.alter_partition_reassignments({TopicPartition("rot", 0): [victim["node_id"], other["node_id"]]})
+        wait_for(lambda: admin.elect_leaders([TopicPartition("rot", 0)]) or
+                 admin.describe_partitions("rot")[0]["leader"] == victim["replica_id"], timeout_s=60)
+        pid = next(r["pid"] for r in admin.describe_replicas("rot", 0) if r["replica_id"] == other["replica_id"])
+        consumer = sim.cluster.consumer(auto_offset_reset="earliest", local_reads=False)
+        consumer.assign([TopicPartition("rot", 0)])
+        got: list[bytes] = []
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            wait_for(lambda: admin.describe_partitions("rot")[0]["isr"] == [victim["replica_id"]], timeout_s=120)
+            deadline = time.monotonic() + 120
+            while not logged("corrupt_batch_kept", topic="rot", offset="500"):
+                assert time.monotonic() < deadline, f"no refused hand-over logged; read {len(got)}"
+                for chunk in consumer.poll_batch(timeout_ms=500):
+                    got += chunk.value_list()
+            assert got == values[:500], "what comes before the corrupt batch, and nothing past it"
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        wait_for(lambda: len(admin.describe_partitions("rot")[0]["isr"]) == 2, timeout_s=120)
+        deadline = time.monotonic() + 120
+        while len(got) < 1000:
+            assert time.monotonic() < deadline, f"read {len(got)} of 1000 once the follower was back in sync"
+            for chunk in consumer.poll_batch(timeout_ms=500):
+                got += chunk.value_list()
+        consumer.close()
+        assert got == values, "every record, intact, in order"
+        assert admin.describe_partitions("rot")[0]["leader"] == other["replica_id"]

@@ -98,7 +98,10 @@ def test_a_rolling_restart_with_drain_loses_nothing_and_keeps_every_partition_le
                 # be committed once a follower that was catching up rejoins the ISR.
                 work.group.pump()
                 return chaos.committed(cluster, chaos.GROUP) == chaos.end_offsets(cluster)
-            wait_for(drained_to_the_end, timeout_s=240, interval_s=1)
+            wait_for(drained_to_the_end, timeout_s=240, interval_s=1,
+                     describe=lambda: f"committed {chaos.committed(cluster, chaos.GROUP)}, ends "
+                                      f"{chaos.end_offsets(cluster)}, group {admin.describe_consumer_groups([chaos.GROUP])}, "
+                                      f"partitions {admin.describe_partitions(chaos.TOPIC)}")
         finally:
             work.producers.stop(30)
             work.group.stop()

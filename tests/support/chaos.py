@@ -597,7 +597,11 @@ def read_everything(cluster, timeout_s: float = 180) -> dict[int, list[tuple[int
     try:
         while any((out[p][-1][0] + 1 if out[p] else 0) < ends[p] for p in out):
             if time.monotonic() > deadline:
-                raise AssertionError(f"could not read {TOPIC} to its end offsets {ends}")
+                reached = {p: out[p][-1][0] + 1 if out[p] else 0 for p in out}
+                raise AssertionError(
+                    f"could not read {TOPIC} to its end offsets {ends}: reached {reached}; "
+                    f"partitions now {cluster.admin().describe_partitions(TOPIC)}"
+                )
             for chunk in consumer.poll_batch(timeout_ms=500):
                 out[chunk.partition].extend(zip(chunk.offsets.tolist(), chunk.value_list()))
     finally:
