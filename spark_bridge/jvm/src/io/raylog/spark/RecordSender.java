@@ -5,6 +5,7 @@ import io.ray.api.PyActorHandle;
 import io.ray.api.function.PyActorMethod;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -34,15 +35,10 @@ final class RecordSender implements DataWriter<InternalRow> {
   static final long BACKOFF_MS = 100;
 
   private final SinkSpec spec;
-  private final Map<String, Integer> partitionCounts = new HashMap<>();
-  private final Map<String, Long> batchLimits = new HashMap<>();
-  private final Map<String, Long> maxMessageBytes = new HashMap<>();
-  private final Map<String, Integer> sticky = new HashMap<>();
-  private final Map<String, BatchEncoder> open = new HashMap<>();
-  private final Map<String, PyActorHandle> leaders = new HashMap<>();
-  private final Map<String, Integer> sequences = new HashMap<>();
-  /** Per partition, the producer epoch its batches carry (bumped when its sequences start over). */
-  private final Map<String, Short> epochs = new HashMap<>();
+  /** Per topic written to, its partitions' state in arrays: looked up when the topic changes from
+   *  one row to the next, so a row costs no map lookup nor key string. */
+  private final Map<String, Target> targets = new HashMap<>();
+  private Target last;
   private final ArrayDeque<InFlight> inFlight = new ArrayDeque<>();
   private final long producerId = new java.security.SecureRandom().nextLong() >>> 2;
   private long written;
@@ -53,8 +49,42 @@ final class RecordSender implements DataWriter<InternalRow> {
     this.spec = spec;
   }
 
-  private static final class InFlight {
+  /** A topic's partitions as this task writes them. */
+  private static final class Target {
     final String topic;
+    final int count;
+    final long maxMessageBytes;
+    /** A batch is sent before it would pass this (uncompressed) size. */
+    final long batchLimit;
+    final BatchEncoder[] open;
+    final int[] sequences;
+    /** Per partition, the producer epoch its batches carry (bumped when its sequences start over). */
+    final short[] epochs;
+    final PyActorHandle[] leaders;
+    /** The partition records with no key or partition go to now; -1: pick one. */
+    int sticky = -1;
+
+    Target(String topic, int count, long maxMessageBytes, long batchLimit) {
+      this.topic = topic;
+      this.count = count;
+      this.maxMessageBytes = maxMessageBytes;
+      this.batchLimit = batchLimit;
+      open = new BatchEncoder[count];
+      sequences = new int[count];
+      epochs = new short[count];
+      leaders = new PyActorHandle[count];
+    }
+
+    int stickyPartition() {
+      if (sticky < 0) {
+        sticky = ThreadLocalRandom.current().nextInt(count);
+      }
+      return sticky;
+    }
+  }
+
+  private static final class InFlight {
+    final Target target;
     final int partition;
     final byte[] batch;
     final int records;
@@ -63,8 +93,8 @@ final class RecordSender implements DataWriter<InternalRow> {
     short epoch;
     ObjectRef<Object> answer;
 
-    InFlight(String topic, int partition, byte[] batch, int records, long deadline, short epoch) {
-      this.topic = topic;
+    InFlight(Target target, int partition, byte[] batch, int records, long deadline, short epoch) {
+      this.target = target;
       this.partition = partition;
       this.batch = batch;
       this.records = records;
@@ -75,30 +105,33 @@ final class RecordSender implements DataWriter<InternalRow> {
 
   @Override
   public void write(InternalRow row) {
-    String topic = spec.topic;
-    if (topic == null) {
+    Target t;
+    if (spec.topic != null) {
+      t = last != null ? last : target(spec.topic);
+    } else {
       if (row.isNullAt(spec.topicColumn)) {
         throw SinkSpec.invalid("a row to write has a null topic and no topic option was given");
       }
-      topic = row.getUTF8String(spec.topicColumn).toString();
+      String topic = row.getUTF8String(spec.topicColumn).toString();
+      t = last != null && last.topic.equals(topic) ? last : target(topic);
     }
+    last = t;
     byte[] key = spec.key < 0 || row.isNullAt(spec.key) ? null
         : spec.stringKey ? row.getUTF8String(spec.key).getBytes() : row.getBinary(spec.key);
     byte[] value = row.isNullAt(spec.value) ? null
         : spec.stringValue ? row.getUTF8String(spec.value).getBytes() : row.getBinary(spec.value);
-    int count = partitions(topic);
     int partition;
     boolean stuck = false;
     if (spec.partition >= 0 && !row.isNullAt(spec.partition)) {
       partition = row.getInt(spec.partition);
-      if (partition < 0 || partition >= count) {
-        throw new RaylogSparkException("InvalidPartitionError", "topic '" + topic + "' has partitions 0.."
-            + (count - 1) + ", not " + partition);
+      if (partition < 0 || partition >= t.count) {
+        throw new RaylogSparkException("InvalidPartitionError", "topic '" + t.topic + "' has partitions 0.."
+            + (t.count - 1) + ", not " + partition);
       }
     } else if (key != null) {
-      partition = (Murmur2.hash(key) & 0x7fffffff) % count;
+      partition = (Murmur2.hash(key) & 0x7fffffff) % t.count;
     } else {
-      partition = sticky.computeIfAbsent(topic, t -> ThreadLocalRandom.current().nextInt(count));
+      partition = t.stickyPartition();
       stuck = true;
     }
     long timestamp;
@@ -113,46 +146,44 @@ final class RecordSender implements DataWriter<InternalRow> {
     List<Object[]> headers = spec.headers < 0 || row.isNullAt(spec.headers) ? null : headers(row);
     long recordSize = BatchEncoder.recordSize(key, value, headers);
     long alone = BatchEncoder.EMPTY_SIZE + recordSize;
-    if (alone + (spec.lz4 ? BatchEncoder.lz4Growth(alone) : 0) > maxMessageBytes.get(topic)) {
+    if (alone + (spec.lz4 ? BatchEncoder.lz4Growth(alone) : 0) > t.maxMessageBytes) {
       // As Kafka's producer: refused here, before it is sent; what the task sent before stays written.
       throw new RaylogSparkException("RecordTooLargeError", "a record of " + recordSize + " bytes (key, value and "
-          + "headers) does not fit a batch of topic '" + topic + "', whose max_message_bytes is "
-          + maxMessageBytes.get(topic));
+          + "headers) does not fit a batch of topic '" + t.topic + "', whose max_message_bytes is "
+          + t.maxMessageBytes);
     }
     if (openBytes + recordSize > spec.bufferMemory) {
       makeRoom(recordSize);
     }
-    String tp = topic + "\u0000" + partition;
-    BatchEncoder batch = open.get(tp);
-    if (batch != null && batch.size() + recordSize > batchLimits.get(topic)) {
+    BatchEncoder batch = t.open[partition];
+    if (batch != null && batch.size() + recordSize > t.batchLimit) {
       // Sent without this record: with it, the topic would refuse the batch after the task's
       // earlier batches landed. A record with no key or partition starts the next sticky batch.
-      open.remove(tp);
-      send(topic, partition, batch);
+      t.open[partition] = null;
+      send(t, partition, batch);
       if (stuck) {
-        sticky.remove(topic);
-        partition = sticky.computeIfAbsent(topic, t -> ThreadLocalRandom.current().nextInt(count));
-        tp = topic + "\u0000" + partition;
+        t.sticky = -1;
+        partition = t.stickyPartition();
       }
-      batch = open.get(tp);
-      if (batch != null && batch.size() + recordSize > batchLimits.get(topic)) {
-        open.remove(tp);
-        send(topic, partition, batch);
+      batch = t.open[partition];
+      if (batch != null && batch.size() + recordSize > t.batchLimit) {
+        t.open[partition] = null;
+        send(t, partition, batch);
         batch = null;
       }
     }
     if (batch == null) {
       batch = new BatchEncoder();
-      open.put(tp, batch);
+      t.open[partition] = batch;
       openBytes += batch.size();
     }
     long before = batch.size();
     batch.add(key, value, timestamp, headers);
     openBytes += batch.size() - before;
-    if (batch.size() >= batchLimits.get(topic)) {
-      open.remove(tp);
-      send(topic, partition, batch);
-      sticky.remove(topic);
+    if (batch.size() >= t.batchLimit) {
+      t.open[partition] = null;
+      send(t, partition, batch);
+      t.sticky = -1;
     }
   }
 
@@ -181,50 +212,53 @@ final class RecordSender implements DataWriter<InternalRow> {
     return out;
   }
 
-  private int partitions(String topic) {
-    Integer n = partitionCounts.get(topic);
-    if (n == null) {
+  private Target target(String topic) {
+    Target t = targets.get(topic);
+    if (t == null) {
       com.fasterxml.jackson.databind.JsonNode about = RayCalls.planner(spec.namespace, "partition_count", topic);
-      n = about.get("partitions").asInt();
-      partitionCounts.put(topic, n);
       // The topic refuses batches over max_message_bytes; size() bounds a batch uncompressed, and
       // lz4 adds at most lz4Growth to what does not compress.
       long max = about.get("max_message_bytes").asLong();
-      maxMessageBytes.put(topic, max);
       long room = spec.lz4 ? max - BatchEncoder.lz4Growth(max) : max;
-      batchLimits.put(topic, Math.max(1, Math.min(spec.batchSize, room)));
+      t = new Target(topic, about.get("partitions").asInt(), max, Math.max(1, Math.min(spec.batchSize, room)));
+      targets.put(topic, t);
     }
-    return n;
+    return t;
   }
 
   /** Sends the largest open batches until {@code needed} more bytes fit buffer_memory (Kafka's
    *  producer blocks for room instead; a task sending its fullest batch early is the same bound). */
   private void makeRoom(long needed) {
-    while (openBytes + needed > spec.bufferMemory && !open.isEmpty()) {
-      Map.Entry<String, BatchEncoder> largest = null;
-      for (Map.Entry<String, BatchEncoder> e : open.entrySet()) {
-        if (largest == null || e.getValue().size() > largest.getValue().size()) {
-          largest = e;
+    while (openBytes + needed > spec.bufferMemory) {
+      Target fullest = null;
+      int at = -1;
+      for (Target t : targets.values()) {
+        for (int p = 0; p < t.count; p++) {
+          if (t.open[p] != null && (fullest == null || t.open[p].size() > fullest.open[at].size())) {
+            fullest = t;
+            at = p;
+          }
         }
       }
-      String[] tp = largest.getKey().split("\u0000");
-      open.remove(largest.getKey());
-      send(tp[0], Integer.parseInt(tp[1]), largest.getValue());
+      if (fullest == null) {
+        return;
+      }
+      BatchEncoder batch = fullest.open[at];
+      fullest.open[at] = null;
+      send(fullest, at, batch);
     }
   }
 
-  private void send(String topic, int partition, BatchEncoder batch) {
+  private void send(Target t, int partition, BatchEncoder batch) {
     openBytes -= batch.size();
-    String tp = topic + "\u0000" + partition;
-    int sequence = sequences.getOrDefault(tp, 0);
-    sequences.put(tp, sequence + batch.count());
-    short epoch = epochs.getOrDefault(tp, (short) 0);
+    int sequence = t.sequences[partition];
+    t.sequences[partition] = sequence + batch.count();
+    short epoch = t.epochs[partition];
     byte[] bytes = batch.encode(spec.lz4, producerId, sequence);
     if (epoch != 0) {
       BatchEncoder.restamp(bytes, epoch, sequence);
     }
-    InFlight f = new InFlight(topic, partition, bytes, batch.count(), System.currentTimeMillis() + spec.timeoutMs,
-        epoch);
+    InFlight f = new InFlight(t, partition, bytes, batch.count(), System.currentTimeMillis() + spec.timeoutMs, epoch);
     while (inFlight.size() >= MAX_IN_FLIGHT) {
       complete(inFlight.poll());
     }
@@ -233,14 +267,12 @@ final class RecordSender implements DataWriter<InternalRow> {
   }
 
   private void dispatch(InFlight f) {
-    String tp = f.topic + "\u0000" + f.partition;
-    PyActorHandle leader = leaders.get(tp);
+    Target t = f.target;
+    PyActorHandle leader = t.leaders[f.partition];
     if (leader == null) {
-      String name = RayCalls.planner(spec.namespace, "leader", f.topic, f.partition).get("name").asText();
+      String name = RayCalls.planner(spec.namespace, "leader", t.topic, f.partition).get("name").asText();
       leader = name.isEmpty() ? null : RayCalls.actor(name, spec.namespace);
-      if (leader != null) {
-        leaders.put(tp, leader);
-      }
+      t.leaders[f.partition] = leader;
     }
     f.answer = leader == null ? null
         : leader.task(PyActorMethod.of("produce_bytes", Object.class), f.batch, spec.acks, (int) Math.min(
@@ -260,13 +292,12 @@ final class RecordSender implements DataWriter<InternalRow> {
             written += f.records;  // a duplicate sequence is a batch the log already has
             return;
           }
-          String tp = f.topic + "\u0000" + f.partition;
-          boolean restamped = f.epoch != epochs.getOrDefault(tp, (short) 0);
+          boolean restamped = f.epoch != f.target.epochs[f.partition];
           if (error.type.equals("OutOfOrderSequenceError") && !restamped) {
             // The batches before it are acknowledged (answers are awaited in order), so the gap is
             // for good: a leader elected without the last batches acks=1 acknowledged. As raylog's
             // producer (and Kafka's, KIP-360): a new epoch, its sequences from 0.
-            startOver(tp, f);
+            startOver(f);
           } else if (!error.retriable && !(restamped && (error.type.equals("OutOfOrderSequenceError")
               || error.type.equals("InvalidProducerEpochError")))) {
             throw error.raise();
@@ -278,34 +309,39 @@ final class RecordSender implements DataWriter<InternalRow> {
       } catch (RuntimeException e) {
         why = String.valueOf(e.getMessage());
       }
-      PyActorHandle dead = leaders.remove(f.topic + "\u0000" + f.partition);
+      PyActorHandle dead = f.target.leaders[f.partition];
+      f.target.leaders[f.partition] = null;
       if (dead != null) {
         RayCalls.forgetHandle(dead);  // a replica Ray restarts under the same name needs a new handle
       }
       if (System.currentTimeMillis() > f.deadline) {
-        throw new RaylogSparkException("KafkaTimeoutError", f.topic + "-" + f.partition + ": a batch of " + f.records
-            + " records was not acknowledged within delivery_timeout_ms " + spec.timeoutMs + " (" + why + ")");
+        throw new RaylogSparkException("KafkaTimeoutError", f.target.topic + "-" + f.partition + ": a batch of "
+            + f.records + " records was not acknowledged within delivery_timeout_ms " + spec.timeoutMs + " (" + why
+            + ")");
       }
       try {
         Thread.sleep(BACKOFF_MS);
       } catch (InterruptedException e) {
         Thread.currentThread().interrupt();
-        throw new RaylogSparkException("KafkaTimeoutError", "interrupted while sending to " + f.topic);
+        throw new RaylogSparkException("KafkaTimeoutError", "interrupted while sending to " + f.target.topic);
       }
       dispatch(f);
     }
   }
 
-  /** Bumps {@code tp}'s producer epoch and restamps {@code first} and every batch of {@code tp}
-   *  still in flight after it with sequences from 0, in order; later batches follow on. */
-  private void startOver(String tp, InFlight first) {
-    short epoch = (short) (epochs.getOrDefault(tp, (short) 0) + 1);
-    epochs.put(tp, epoch);
+  /** Bumps {@code first}'s partition's producer epoch and restamps {@code first} and every batch
+   *  of that partition still in flight after it with sequences from 0, in order; later batches
+   *  follow on. */
+  private void startOver(InFlight first) {
+    Target t = first.target;
+    int p = first.partition;
+    short epoch = (short) (t.epochs[p] + 1);
+    t.epochs[p] = epoch;
     int sequence = 0;
     List<InFlight> batches = new ArrayList<>();
     batches.add(first);
     for (InFlight g : inFlight) {
-      if ((g.topic + "\u0000" + g.partition).equals(tp)) {
+      if (g.target == t && g.partition == p) {
         batches.add(g);
       }
     }
@@ -314,16 +350,20 @@ final class RecordSender implements DataWriter<InternalRow> {
       g.epoch = epoch;
       sequence += g.records;
     }
-    sequences.put(tp, sequence);
+    t.sequences[p] = sequence;
   }
 
   /** Sends what is gathered and waits for every answer; the number of records written. */
   long flush() {
-    for (Map.Entry<String, BatchEncoder> e : open.entrySet()) {
-      String[] tp = e.getKey().split("\u0000");
-      send(tp[0], Integer.parseInt(tp[1]), e.getValue());
+    for (Target t : targets.values()) {
+      for (int p = 0; p < t.count; p++) {
+        BatchEncoder batch = t.open[p];
+        if (batch != null) {
+          t.open[p] = null;
+          send(t, p, batch);
+        }
+      }
     }
-    open.clear();
     while (!inFlight.isEmpty()) {
       complete(inFlight.poll());
     }
@@ -338,7 +378,9 @@ final class RecordSender implements DataWriter<InternalRow> {
 
   @Override
   public void abort() {
-    open.clear();
+    for (Target t : targets.values()) {
+      Arrays.fill(t.open, null);
+    }
     openBytes = 0;
     inFlight.clear();
   }
