@@ -201,7 +201,9 @@ class PartitionReplica:
         """The first offset found corrupt on disk (a fetch's CRC check), cut and fetched again once
         this replica follows."""
         self._corruption_report: asyncio.Task | None = None
+        """The replica_corrupt call under way, if any: one at a time."""
         self._corruption_reported_at = float("-inf")
+        """time.monotonic() of the last answer (or failure) to it: asked again CORRUPTION_REPORT_INTERVAL_S on."""
         self._heartbeat: asyncio.Future | None = None
         self._heartbeat_sent_at = 0.0
         self._controller_pid: int | None = None

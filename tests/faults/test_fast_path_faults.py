@@ -207,6 +207,43 @@ def test_a_paused_leaders_partition_acknowledges_and_delivers_again_once_it_is_f
         assert anomalies == {}, {k: v[:5] for k, v in anomalies.items()}
 
 
+def rotted_leader(cluster, records: int, rotted: int) -> tuple[list[bytes], dict, str]:
+    """Topic "rot" (one partition, created by the caller) gets ``records`` numbered records in
+    batches of 100; a payload byte of a follower's batch holding offset ``rotted`` flips on disk (the
+    batch passed its CRC when appended), and that follower is made leader. Returns the values, the
+    rotted replica (describe_partitions' row) and its segment's path."""
+    admin = cluster.admin()
+    producer = cluster.producer(acks="all", linger_ms=0, compression_type="none")
+    values = [b"record %05d" % i for i in range(records)]
+    for start in range(0, records, 100):
+        producer.send_batch("rot", values[start:start + 100], partition=0).wait(60)
+    producer.close()
+    state = admin.describe_partitions("rot")[0]
+    victim = next(r for r in state["replicas"] if r["replica_id"] != state["leader"])
+    segment = sorted(p for p in os.listdir(victim["directory"]) if p.endswith(".log"))[0]
+    path = os.path.join(victim["directory"], segment)
+    with open(path, "rb") as f:
+        data = f.read()
+    batch = next(b for b in rb.iter_batches(data) if b.base_offset == rotted)
+    with open(path, "r+b") as f:
+        f.seek(batch.position + batch.size - 5)
+        f.write(bytes([data[batch.position + batch.size - 5] ^ 0xFF]))
+    order = [victim["node_id"]] + [r["node_id"] for r in state["replicas"] if r["replica_id"] != victim["replica_id"]]
+    admin.alter_partition_reassignments({TopicPartition("rot", 0): order})  # the rotted replica first
+    wait_for(lambda: admin.elect_leaders([TopicPartition("rot", 0)]) or
+             admin.describe_partitions("rot")[0]["leader"] == victim["replica_id"], timeout_s=60)
+    return values, victim, path
+
+
+def read_until(consumer, got: list[bytes], done, describe, timeout_s: float = 120) -> None:
+    """Poll ``consumer``'s values onto ``got`` until ``done()``; fails with ``describe()`` past the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, describe()
+        for chunk in consumer.poll_batch(timeout_ms=500):
+            got += chunk.value_list()
+
+
 def test_a_byte_rotted_on_a_replica_is_never_served_and_the_replica_fetches_it_again(tmp_path):
     """A byte of a follower's segment flips on disk (the batch passed its CRC when appended). Local
     readers of its files skip it (CRC); once it leads, its fetch finds it, serves what comes before,
@@ -215,32 +252,11 @@ def test_a_byte_rotted_on_a_replica_is_never_served_and_the_replica_fetches_it_a
     with simulated_cluster(str(tmp_path), workers=3, cluster_config=CONFIG) as sim:
         admin = sim.cluster.admin()
         admin.create_topic("rot", 1, replication_factor=3)
-        producer = sim.cluster.producer(acks="all", linger_ms=0, compression_type="none")
-        values = [b"record %05d" % i for i in range(2000)]
-        for start in range(0, 2000, 100):
-            producer.send_batch("rot", values[start:start + 100], partition=0).wait(60)
-        state = admin.describe_partitions("rot")[0]
-        victim = next(r for r in state["replicas"] if r["replica_id"] != state["leader"])
-        segment = sorted(p for p in os.listdir(victim["directory"]) if p.endswith(".log"))[0]
-        path = os.path.join(victim["directory"], segment)
-        with open(path, "rb") as f:
-            data = f.read()
-        batch = next(b for b in rb.iter_batches(data) if b.base_offset == 700)
-        with open(path, "r+b") as f:  # a payload byte of the batch holding offsets 700-799
-            f.seek(batch.position + batch.size - 5)
-            f.write(bytes([data[batch.position + batch.size - 5] ^ 0xFF]))
-        order = [victim["node_id"]] + [r["node_id"] for r in state["replicas"] if r["replica_id"] != victim["replica_id"]]
-        admin.alter_partition_reassignments({TopicPartition("rot", 0): order})  # the rotted replica first
-        wait_for(lambda: admin.elect_leaders([TopicPartition("rot", 0)]) or
-                 admin.describe_partitions("rot")[0]["leader"] == victim["replica_id"], timeout_s=60)
+        values, victim, path = rotted_leader(sim.cluster, 2000, rotted=700)
         consumer = sim.cluster.consumer(auto_offset_reset="earliest", local_reads=False)
         consumer.assign([TopicPartition("rot", 0)])
         got: list[bytes] = []
-        deadline = time.monotonic() + 120
-        while len(got) < 2000:
-            assert time.monotonic() < deadline, f"read {len(got)} of 2000"
-            for chunk in consumer.poll_batch(timeout_ms=500):
-                got += chunk.value_list()
+        read_until(consumer, got, lambda: len(got) >= 2000, lambda: f"read {len(got)} of 2000")
         consumer.close()
         assert got == values, "every record, intact, in order"
         assert logged("corrupt_batch", topic="rot", offset="700"), "the replica found the rotted batch"
@@ -251,7 +267,6 @@ def test_a_byte_rotted_on_a_replica_is_never_served_and_the_replica_fetches_it_a
             again = f.read()
         fixed = next(b for b in rb.iter_batches(again) if b.base_offset == 700)
         assert fixed.compute_crc() == fixed.crc, "fetched again from the new leader"
-        producer.close()
 
 
 def test_a_rotted_leader_refused_a_hand_over_asks_again_once_an_in_sync_replica_is_back(tmp_path):
@@ -263,46 +278,22 @@ def test_a_rotted_leader_refused_a_hand_over_asks_again_once_an_in_sync_replica_
     with simulated_cluster(str(tmp_path), workers=2, cluster_config=CONFIG) as sim:
         admin = sim.cluster.admin()
         admin.create_topic("rot", 1, replication_factor=2)
-        producer = sim.cluster.producer(acks="all", linger_ms=0, compression_type="none")
-        values = [b"record %05d" % i for i in range(1000)]
-        for start in range(0, 1000, 100):
-            producer.send_batch("rot", values[start:start + 100], partition=0).wait(60)
-        producer.close()
-        state = admin.describe_partitions("rot")[0]
-        victim = next(r for r in state["replicas"] if r["replica_id"] != state["leader"])
-        other = next(r for r in state["replicas"] if r["replica_id"] == state["leader"])
-        segment = sorted(p for p in os.listdir(victim["directory"]) if p.endswith(".log"))[0]
-        path = os.path.join(victim["directory"], segment)
-        with open(path, "rb") as f:
-            data = f.read()
-        batch = next(b for b in rb.iter_batches(data) if b.base_offset == 500)
-        with open(path, "r+b") as f:
-            f.seek(batch.position + batch.size - 5)
-            f.write(bytes([data[batch.position + batch.size - 5] ^ 0xFF]))
-        admin.alter_partition_reassignments({TopicPartition("rot", 0): [victim["node_id"], other["node_id"]]})
-        wait_for(lambda: admin.elect_leaders([TopicPartition("rot", 0)]) or
-                 admin.describe_partitions("rot")[0]["leader"] == victim["replica_id"], timeout_s=60)
-        pid = next(r["pid"] for r in admin.describe_replicas("rot", 0) if r["replica_id"] == other["replica_id"])
+        values, victim, _ = rotted_leader(sim.cluster, 1000, rotted=500)
+        other = next(r for r in admin.describe_replicas("rot", 0) if r["replica_id"] != victim["replica_id"])
         consumer = sim.cluster.consumer(auto_offset_reset="earliest", local_reads=False)
         consumer.assign([TopicPartition("rot", 0)])
         got: list[bytes] = []
-        os.kill(pid, signal.SIGSTOP)
+        os.kill(other["pid"], signal.SIGSTOP)
         try:
             wait_for(lambda: admin.describe_partitions("rot")[0]["isr"] == [victim["replica_id"]], timeout_s=120)
-            deadline = time.monotonic() + 120
-            while not logged("corrupt_batch_kept", topic="rot", offset="500"):
-                assert time.monotonic() < deadline, f"no refused hand-over logged; read {len(got)}"
-                for chunk in consumer.poll_batch(timeout_ms=500):
-                    got += chunk.value_list()
+            read_until(consumer, got, lambda: logged("corrupt_batch_kept", topic="rot", offset="500"),
+                       lambda: f"no refused hand-over logged; read {len(got)}")
             assert got == values[:500], "what comes before the corrupt batch, and nothing past it"
         finally:
-            os.kill(pid, signal.SIGCONT)
+            os.kill(other["pid"], signal.SIGCONT)
         wait_for(lambda: len(admin.describe_partitions("rot")[0]["isr"]) == 2, timeout_s=120)
-        deadline = time.monotonic() + 120
-        while len(got) < 1000:
-            assert time.monotonic() < deadline, f"read {len(got)} of 1000 once the follower was back in sync"
-            for chunk in consumer.poll_batch(timeout_ms=500):
-                got += chunk.value_list()
+        read_until(consumer, got, lambda: len(got) >= 1000,
+                   lambda: f"read {len(got)} of 1000 once the follower was back in sync")
         consumer.close()
         assert got == values, "every record, intact, in order"
         assert admin.describe_partitions("rot")[0]["leader"] == other["replica_id"]

@@ -594,14 +594,14 @@ def read_everything(cluster, timeout_s: float = 180) -> dict[int, list[tuple[int
     consumer.assign([TopicPartition(TOPIC, p) for p in range(PARTITIONS)])
     out: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(PARTITIONS)}
     deadline = time.monotonic() + timeout_s
+
+    def reached() -> dict[int, int]:
+        return {p: out[p][-1][0] + 1 if out[p] else 0 for p in out}
     try:
-        while any((out[p][-1][0] + 1 if out[p] else 0) < ends[p] for p in out):
+        while any(reached()[p] < ends[p] for p in out):
             if time.monotonic() > deadline:
-                reached = {p: out[p][-1][0] + 1 if out[p] else 0 for p in out}
-                raise AssertionError(
-                    f"could not read {TOPIC} to its end offsets {ends}: reached {reached}; "
-                    f"partitions now {cluster.admin().describe_partitions(TOPIC)}"
-                )
+                raise AssertionError(f"could not read {TOPIC} to its end offsets {ends}: reached {reached()}; "
+                                     f"partitions now {cluster.admin().describe_partitions(TOPIC)}")
             for chunk in consumer.poll_batch(timeout_ms=500):
                 out[chunk.partition].extend(zip(chunk.offsets.tolist(), chunk.value_list()))
     finally:
