@@ -85,7 +85,7 @@ def read_range(cluster, r: OffsetRange, timeout_s: float = 120.0, fail_on_data_l
     metadata = cluster.metadata
     offset = r.from_offset
     deadline = time.monotonic() + timeout_s
-    local = LocalLeader(metadata, r.topic, r.partition, 30.0) if local_reads else None
+    local = LocalLeader(metadata, r.topic, r.partition) if local_reads else None
     try:
         while offset < r.until_offset:
             if time.monotonic() > deadline:

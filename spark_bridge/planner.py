@@ -109,7 +109,6 @@ class SparkPlanner:
         self._admin = self._cluster.admin()
         self._hosts: dict[str, str] = {}
         self._hosts_at = 0.0
-        self._directories: dict[tuple[str, int, int], str] = {}
         self._epoch_ends: dict[tuple[str, int, int, int], int] = {}
 
     # --- answers for the JVM (JSON strings) ----------------------------------------------------
@@ -374,21 +373,9 @@ class SparkPlanner:
         epoch = info[partition].leader_epoch
         return {"name": info[partition].actor_name, "host": self._host(leader.ray_node_id),
                 "ray_node_id": leader.ray_node_id, "epoch": epoch,
-                "directory": self._directory(topic, partition, epoch)}
-
-    def _directory(self, topic: str, partition: int, epoch: int) -> str:
-        """The leader's partition directory, where a task on its node reads the segments
-        (LocalSegments.java); asked of the leader once per epoch."""
-        key = (self._topic_id(topic), partition, epoch)  # a re-created topic's epochs start again
-        if key not in self._directories:
-            if len(self._directories) > CACHE_KEPT:
-                self._directories.clear()
-            try:
-                handle = self._cluster.metadata.leader(topic, partition)
-                self._directories[key] = ray_calls.get(handle.read_location.remote(), 30)[1]
-            except RaylogError:
-                return ""
-        return self._directories[key]
+                # Where a task on the leader's node reads the segments (LocalSegments.java): from the
+                # metadata, not the leader, whose answer a paused leader would hold up.
+                "directory": leader.directory if leader.ray_node_id else ""}
 
     def _host(self, ray_node_id: str) -> str:
         if ray_node_id not in self._hosts or time.monotonic() - self._hosts_at > NODE_CACHE_S:

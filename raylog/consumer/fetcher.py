@@ -51,6 +51,11 @@ LOCAL_POLL_MAX_S = 0.002
 LOCAL_POLL_GROWTH = 1.1
 """Without futexes (not Linux), it polls the pages instead: every 50 us at first, backing off by
 10% per look to every 2 ms."""
+COLLECT_INTERVAL_S = 0.002
+"""How often a poll that has records to return anyway (read locally, or buffered) takes up the
+fetches answered meanwhile: answers were taken only by a poll that waited, so a partition fetched
+from another node starved while local reads always had records (issue 31's chaos run). A
+non-blocking ray.wait costs tens of microseconds: at most a few percent of a busy poll loop."""
 MIN_FETCH_BYTES = 64 * 1024
 """A fetch that could ask for less than this waits for the buffer to drain instead."""
 RESEND_AFTER_S = 3.0
@@ -99,6 +104,8 @@ class Fetcher:
         self._watch = LeaderWatch(metadata, WATCH_INTERVAL_S, leader_watch_after_s)
         self._watch_at: float | None = None
         """When send_fetches next looks at the fetches in flight for replaced leaders."""
+        self._collect_at = 0.0
+        """When send_fetches next takes up the fetches answered meanwhile."""
         self.metadata = metadata
         self.metrics = metrics or ConsumerMetrics()
         self.states: dict[TopicPartition, PartitionState] = {}
@@ -172,6 +179,9 @@ class Fetcher:
     def send_fetches(self) -> None:
         now = time.monotonic()
         # Here, not only in wait(): a consumer with data from other partitions never waits.
+        if self._refs and now >= self._collect_at:
+            self._collect_answered()
+            self._collect_at = now + COLLECT_INTERVAL_S
         self._watch_at = self._watch_leaders(now)
         wanting = [(tp, st) for tp, st in self.states.items()
                    if not (st.paused or st.in_flight is not None or st.position is None or st.error is not None
@@ -238,7 +248,7 @@ class Fetcher:
         """Read what the leader's fetch would return, from its files; False when the partition
         must be fetched through the leader instead (another node, a page that says so)."""
         if st.local is None:
-            st.local = LocalLeader(self.metadata, tp.topic, tp.partition, self._timeout_s)
+            st.local = LocalLeader(self.metadata, tp.topic, tp.partition)
         reader = st.local.current()
         if reader is None:
             return False
@@ -313,6 +323,14 @@ class Fetcher:
         for ref in ready:
             self._complete(ref)
 
+    def _collect_answered(self) -> bool:
+        """Take every fetch answered by now, without waiting; False when none was."""
+        refs = list(self._refs)
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        for ref in ready:
+            self._complete(ref)
+        return bool(ready)
+
     def _wait_local(self, timeout_s: float) -> None:
         """Sleep on the local leaders' pages (a futex each replica wakes when it publishes) and
         watch the calls in flight, until one has news."""
@@ -322,12 +340,8 @@ class Fetcher:
             words = self._local_news()
             if words is None:
                 return
-            if self._refs:
-                ready, _ = ray.wait(list(self._refs), num_returns=len(self._refs), timeout=0)
-                if ready:
-                    for ref in ready:
-                        self._complete(ref)
-                    return
+            if self._refs and self._collect_answered():
+                return
             left = deadline - time.monotonic()
             if left <= 0:
                 return

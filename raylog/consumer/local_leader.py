@@ -7,7 +7,6 @@ import time
 
 import ray
 
-from raylog import ray_calls
 from raylog.errors import RaylogError
 from raylog.metadata import Metadata
 from raylog.storage.local_reader import LocalReader
@@ -17,36 +16,32 @@ STALE_REFRESH_S = 1.0
 """How often the metadata is looked at again while the local replica's lease has lapsed."""
 
 
-def open_local_reader(metadata: Metadata, topic: str, partition: int,
-                      timeout_s: float) -> tuple[LocalReader | None, int | None]:
+def open_local_reader(metadata: Metadata, topic: str, partition: int) -> tuple[LocalReader | None, int | None]:
     """(a reader of the segment files of the partition's leader, or else of an in-sync follower,
     on this process's Ray node; the leader epoch it is for); (None, that epoch) when no replica
-    here can be read; (None, None) without a leader. One call to the leader (its location); the
-    caller keeps the reader until the metadata shows another epoch."""
+    here can be read; (None, None) without a leader. The metadata says where each replica lives,
+    so no replica is called: a paused leader must not hold up a poll (the reader's page, not the
+    metadata, says whether the files may be served). The caller keeps the reader until the
+    metadata shows another epoch."""
     try:
         info = metadata.describe(topic).partitions[partition]
     except (RaylogError, IndexError):
         return None, None
     if info.leader is None:
         return None, None
-    epoch = info.leader_epoch
     # Asked each time, not cached: a process may connect to another Ray cluster later.
     here = ray.get_runtime_context().get_node_id()
-    try:
-        node, directory = ray_calls.get(metadata.leader(topic, partition).read_location.remote(), timeout_s)[:2]
-        if node == here:
-            return LocalReader(directory), epoch
-    except (RaylogError, OSError):
-        return None, epoch
     # A follower here is opened whatever the cached ISR says (it may be older than the follower's
     # return to the ISR): its page says "follower" only while it is in the ISR it last heard of.
-    for replica in info.replicas:
-        if replica.ray_node_id == here and replica.replica_id != info.leader.replica_id:
+    for replica in [info.leader, *(r for r in info.replicas if r.replica_id != info.leader.replica_id)]:
+        if replica.ray_node_id == here:
             try:
-                return LocalReader(replica.directory, ROLE_FOLLOWER), epoch
+                if replica is info.leader:
+                    return LocalReader(replica.directory), info.leader_epoch
+                return LocalReader(replica.directory, ROLE_FOLLOWER), info.leader_epoch
             except OSError:
-                break
-    return None, epoch
+                return None, info.leader_epoch
+    return None, info.leader_epoch
 
 
 class LocalLeader:
@@ -54,11 +49,10 @@ class LocalLeader:
     reader is looked up once per leader epoch the metadata names (a new leader may run
     elsewhere) and closed with it."""
 
-    def __init__(self, metadata: Metadata, topic: str, partition: int, timeout_s: float):
+    def __init__(self, metadata: Metadata, topic: str, partition: int):
         self._metadata = metadata
         self._topic = topic
         self._partition = partition
-        self._timeout_s = timeout_s
         self.reader: LocalReader | None = None
         self.epoch: int | None = None
         """The leader epoch ``reader`` was looked up for; None: look up again."""
@@ -72,7 +66,7 @@ class LocalLeader:
             epoch = None
         if self.epoch is None or self.epoch != epoch:
             self.close()
-            self.reader, self.epoch = open_local_reader(self._metadata, self._topic, self._partition, self._timeout_s)
+            self.reader, self.epoch = open_local_reader(self._metadata, self._topic, self._partition)
         return self.reader
 
     def read(self, offset: int, max_bytes: int) -> tuple[bytes, int] | None:

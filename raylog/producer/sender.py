@@ -48,6 +48,7 @@ from collections import deque
 from concurrent.futures import Future
 
 import numpy as np
+import ray
 
 from raylog import produce_channel, ray_calls
 from raylog.producer.accumulator import RecordAccumulator
@@ -70,9 +71,10 @@ SEQUENCE_MASK = 0x7FFFFFFF
 CHANNEL_RECHECK_S = 5.0
 """A partition whose leader had no same-node channel is looked at again this often (its leader
 may have moved here without a new epoch showing in this producer's metadata yet)."""
-CHANNEL_LOOKUP_TIMEOUT_S = 5.0
-"""The sender thread waits this long at most for a leader's location (a paused leader must not
-hold up other partitions for request_timeout_ms); without an answer it makes Ray calls."""
+CHANNEL_LOOKUP_WAIT_S = 5.0
+"""A partition's batches wait this long at most for its leader's location (its channel) before
+they go by Ray call; other partitions do not wait for it."""
+_LOOKING = object()
 MAX_CHANNELS = 32
 """Channels one producer keeps open (each is a socket and a reader thread): partitions beyond
 them on this node use Ray calls."""
@@ -159,6 +161,9 @@ class Sender(threading.Thread):
         self._channels: dict = {}
         """TopicPartition -> (leader epoch, ProduceChannel or None, monotonic time looked up): the
         same-node channel to each partition's leader (produce_channel.py)."""
+        self._lookups: dict = {}
+        """TopicPartition -> (leader epoch, ObjectRef of the leader's read_location, monotonic time
+        asked): lookups of a channel not answered yet."""
         self._watch_after_s = leader_watch_after_s
         self._watch = LeaderWatch(metadata, WATCH_INTERVAL_S, leader_watch_after_s)
 
@@ -172,6 +177,7 @@ class Sender(threading.Thread):
                 if channel is not None:
                     channel.close()
             self._channels.clear()
+            self._lookups.clear()
 
     def _loop(self) -> None:
         wakeup = self.acc.wakeup
@@ -267,6 +273,10 @@ class Sender(threading.Thread):
                     break
                 if not admits(st, batch, cap):
                     break
+                looking_until = self._awaiting_channel(tp, now)
+                if looking_until is not None:  # the lookup's answer wakes the loop
+                    next_retry = looking_until if next_retry is None else min(next_retry, looking_until)
+                    break
                 st.queue.popleft()
                 self._submit(st, batch, now)
         return next_retry
@@ -293,7 +303,7 @@ class Sender(threading.Thread):
             epoch = info.description.partitions[batch.tp.partition].leader_epoch
             batch.sent_to_epoch = epoch
             channel = self._channel(batch.tp, leader, epoch, now) if self.config.local_produce else None
-            if channel is not None:
+            if channel is not None and channel is not _LOOKING:
                 ref = channel.produce(batch.records, self.acks, epoch, self._replica_wait_ms)
                 self.metrics.local_requests.record(1, now)
             else:
@@ -316,29 +326,68 @@ class Sender(threading.Thread):
         (ref if isinstance(ref, Future) else ref.future()).add_done_callback(lambda _f, ref=ref: self._responded(ref))
 
     def _channel(self, tp, leader, epoch: int, now: float):
-        """The same-node channel to ``leader`` (looked up once per leader epoch, again after it
-        breaks, and every CHANNEL_RECHECK_S while there is none), or None: use a Ray call."""
+        """The same-node channel to ``leader``; None: use a Ray call; _LOOKING: its location was
+        asked for less than CHANNEL_LOOKUP_WAIT_S ago and is not answered yet. Looked up once per
+        leader epoch, again after it breaks, and every CHANNEL_RECHECK_S while there is none. The
+        sender thread never waits for the answer (the leader's ``read_location``): a paused leader
+        holds up its own partition only, and only that long."""
         entry = self._channels.get(tp)
-        if entry is not None:
-            known_epoch, channel, checked_at = entry
-            if known_epoch == epoch and (channel.broken is None if channel is not None
-                                         else now - checked_at < CHANNEL_RECHECK_S):
-                return channel
-            if channel is not None:
-                channel.close()
-        channel = None
+        if entry is not None and entry[0] == epoch and entry[1] is not None and entry[1].broken is None:
+            return entry[1]
+        lookup = self._lookups.get(tp)
+        if lookup is not None and lookup[0] == epoch:
+            _, ref, asked_at = lookup
+            if not ray.wait([ref], timeout=0)[0]:
+                return _LOOKING if now - asked_at < CHANNEL_LOOKUP_WAIT_S else None
+            del self._lookups[tp]
+            channel = self._open_channel(ref)
+            self._replace_channel(tp, (epoch, channel, now))
+            return channel
+        if entry is not None and entry[0] == epoch and entry[1] is None and now - entry[2] < CHANNEL_RECHECK_S:
+            return None
+        self._replace_channel(tp, (epoch, None, now))
+        self._lookups.pop(tp, None)
         open_channels = sum(1 for _, c, _ in self._channels.values() if c is not None and c.broken is None)
-        if produce_channel.available and open_channels < MAX_CHANNELS:
-            try:
-                import ray
+        if not (produce_channel.available and open_channels < MAX_CHANNELS):
+            return None
+        ref = leader.read_location.remote()
+        ref.future().add_done_callback(lambda _f: self.acc.wakeup.set())
+        self._lookups[tp] = (epoch, ref, now)
+        return _LOOKING
 
-                node, _, name, secret = ray_calls.get(leader.read_location.remote(), CHANNEL_LOOKUP_TIMEOUT_S)
-                if name and node == ray.get_runtime_context().get_node_id():
-                    channel = produce_channel.ProduceChannel(name, bytes.fromhex(secret))
-            except Exception:  # noqa: BLE001 - no channel (a replica gone, another node): Ray calls
-                channel = None
-        self._channels[tp] = (epoch, channel, now)
-        return channel
+    def _awaiting_channel(self, tp, now: float) -> float | None:
+        """When the partition's channel lookup stops being waited for, while its batches wait for
+        it; None: send. The first batches to a leader on this node take the channel, as every
+        later one does: sent by Ray call meanwhile they could be overtaken (with idempotence off,
+        appended out of order)."""
+        if not self.config.local_produce:
+            return None
+        try:
+            info = self.metadata.topic(tp.topic, self.config.metadata_max_age_ms / 1000)
+            epoch = info.description.partitions[tp.partition].leader_epoch
+            leader = self.metadata.leader(tp.topic, tp.partition)
+        except Exception:  # noqa: BLE001 - _submit reports it with the batch
+            return None
+        if self._channel(tp, leader, epoch, now) is not _LOOKING:
+            return None
+        return self._lookups[tp][2] + CHANNEL_LOOKUP_WAIT_S
+
+    @staticmethod
+    def _open_channel(lookup) -> "produce_channel.ProduceChannel | None":
+        """The channel a leader's answered ``read_location`` names, when it runs on this node."""
+        try:
+            node, _, name, secret = ray_calls.get(lookup, 0)
+            if name and node == ray.get_runtime_context().get_node_id():
+                return produce_channel.ProduceChannel(name, bytes.fromhex(secret))
+        except Exception:  # noqa: BLE001 - no channel (a replica gone, another node): Ray calls
+            pass
+        return None
+
+    def _replace_channel(self, tp, entry: tuple) -> None:
+        old = self._channels.get(tp)
+        if old is not None and old[1] is not None and old[1] is not entry[1]:
+            old[1].close()
+        self._channels[tp] = entry
 
     def _responded(self, ref) -> None:
         """Ray's completion callback (another thread): queue the response and wake the loop."""

@@ -92,6 +92,43 @@ def test_a_paused_leader_holds_up_only_its_own_partition_and_its_sends_fail_in_t
         os.kill(paused, signal.SIGCONT)
 
 
+def test_a_consumer_on_a_paused_leaders_node_reads_its_other_partitions_without_waiting_for_it(single_node):
+    """Issue 31's chaos run: a member's poll took 7.4 s, the whole pause of a leader on its node.
+    Finding a partition's files here asked the leader where they are (read_location), and a
+    paused leader answers nothing until it wakes or request_timeout_ms passes (10 minutes here).
+    The metadata says where every replica lives: the poll must go on with the other partition."""
+    cluster = single_node
+    cluster.admin().create_topic("lookup", 2)
+    producer = cluster.producer(linger_ms=0)
+    for p in (0, 1):
+        producer.send_batch("lookup", [b"%d-%d" % (p, i) for i in range(100)], partition=p).get(60)
+    producer.close()
+    paused = cluster.admin().describe_partitions("lookup")[0]["pid"]
+    consumer = cluster.consumer(request_timeout_ms=600_000)
+    tps = [TopicPartition("lookup", p) for p in (0, 1)]
+    consumer.assign(tps)
+    for tp in tps:
+        consumer.seek(tp, 0)  # no offset lookup: what is shown is the first read
+    got: list[bytes] = []
+    done = threading.Event()
+
+    def poll() -> None:
+        while len(got) < 100:
+            got.extend(v for chunk in consumer.poll_batch(timeout_ms=200) if chunk.partition == 1
+                       for v in chunk.value_list())
+        done.set()
+
+    os.kill(paused, signal.SIGSTOP)
+    try:
+        threading.Thread(target=poll, daemon=True).start()
+        assert done.wait(120), f"partition 1 read {len(got)} of 100 records while partition 0's leader was paused"
+        assert got == [b"1-%d" % i for i in range(100)]
+        assert consumer.metrics()["consumer-fetch-manager-metrics"]["bytes-read-locally-total"] > 0
+    finally:
+        os.kill(paused, signal.SIGCONT)
+        consumer.close()
+
+
 @ray.remote(num_cpus=0)
 class NodeClient:
     """A producer and a consumer on one node, sending keyed records to one partition and reading it,

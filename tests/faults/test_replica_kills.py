@@ -110,7 +110,7 @@ def test_consumers_read_locally_only_what_is_led_on_their_node_and_fetch_the_res
     leaders = {st["partition"]: st["replicas"][0]["ray_node_id"] for st in cluster.admin().describe_partitions(topic)}
     assert set(leaders.values()) - {here}, "every partition is led on the driver's node: nothing to fall back from"
     for p, node in leaders.items():
-        reader, _ = open_local_reader(cluster.metadata, topic, p, 30)
+        reader, _ = open_local_reader(cluster.metadata, topic, p)
         assert (reader is not None) == (node == here), (p, node, here)
         if reader is not None:
             reader.close()
@@ -171,7 +171,7 @@ def test_an_in_sync_follower_on_the_readers_node_serves_committed_records_from_i
 
     def wait_for_reader(p: int, role: int | None):
         def opened():
-            local = LocalLeader(cluster.metadata, topic, p, 30)
+            local = LocalLeader(cluster.metadata, topic, p)
             try:
                 if local.current() is None:
                     return role is None
@@ -214,3 +214,52 @@ def test_an_in_sync_follower_on_the_readers_node_serves_committed_records_from_i
     wait_for_reader(p, ROLE_FOLLOWER)
     after, _ = read(True, 3600)
     assert after == during
+
+
+def test_a_partition_fetched_from_another_node_is_delivered_while_a_local_one_always_has_records(sim):
+    """A consumer reading one partition from its leader's files here and fetching another from a
+    leader on another node. The fetched records must come while the local partition still has a
+    backlog. They did not (issue 31's chaos run, pause-busy-leader): a fetch's answer was taken up
+    only when a poll found nothing to return, and the local reads always had something, so the
+    fetched partition was stuck for as long as the local one had records. The chaos run met it
+    when a paused leader's partition moved to another node and the member's other partitions,
+    led on its node, kept being written."""
+    import ray
+
+    from raylog import TopicPartition
+
+    cluster = sim.cluster
+    topic = "local-and-fetched"
+    cluster.admin().create_topic(topic, 2)
+    here = ray.get_runtime_context().get_node_id()
+    elsewhere = next(n for n in sim.node_ids() if n != here)
+    local_tp, fetched_tp = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    cluster.admin().alter_partition_reassignments({local_tp: [sim.raylog_node(here)],
+                                                   fetched_tp: [sim.raylog_node(elsewhere)]})
+    wait_for(lambda: [st["ray_node_id"] for st in cluster.admin().describe_partitions(topic)] == [here, elsewhere],
+             timeout_s=90, interval_s=0.5)
+    backlog = 200_000
+    producer = cluster.producer(linger_ms=0, compression_type="none")
+    for start in range(0, backlog, 20_000):
+        producer.send_batch(topic, [b"%d" % i for i in range(start, start + 20_000)], partition=0)
+    producer.send_batch(topic, [b"fetched %d" % i for i in range(10)], partition=1)
+    producer.flush(timeout=60)
+    producer.close()
+
+    consumer = cluster.consumer(auto_offset_reset="earliest")
+    consumer.assign([local_tp, fetched_tp])
+    local_read, fetched = 0, []
+    try:
+        # One record a poll: the local backlog outlasts any fetch's round trip by far.
+        while len(fetched) < 10 and local_read < backlog:
+            for chunk in consumer.poll_batch(timeout_ms=1000, max_records=1):
+                if chunk.partition == 0:
+                    local_read += len(chunk)
+                else:
+                    fetched += chunk.value_list()
+        metrics = consumer.metrics()["consumer-fetch-manager-metrics"]
+    finally:
+        consumer.close()
+    assert fetched == [b"fetched %d" % i for i in range(10)] and local_read < backlog, \
+        f"the fetched partition's records came only after all {local_read} of the local partition's: {fetched}"
+    assert metrics["bytes-read-locally-total"] > 0 and metrics["bytes-fetched-remotely-total"] > 0, metrics
