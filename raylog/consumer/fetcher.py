@@ -64,7 +64,9 @@ RESEND_AFTER_S = 3.0
 leader elected after its predecessor's process was SIGKILLed stayed unanswered until the request
 timeout (10 s there; the member's polls stalled that long) while that leader answered every other
 caller; sent again, the partition's polls did not stall (0 stalls in 2 runs of the short schedule,
-against one such stall in each of 5 runs before). Why the first call goes unanswered is not known yet."""
+against one such stall in each of 5 runs before). The cause was most likely the one found later
+(COLLECT_INTERVAL_S): the call was answered, but its answer was never taken up while the member's
+local reads had records; the resend stays as a guard, a read costing only the work."""
 WATCH_AFTER_S = 1.0
 WATCH_INTERVAL_S = 1.0
 WATCH_POLL_S = 0.05
