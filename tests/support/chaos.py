@@ -48,6 +48,7 @@ import json
 import os
 import platform
 import random
+import re
 import shutil
 import tempfile
 import threading
@@ -328,6 +329,19 @@ class Progress:
         with self._lock:
             return all(self.times.get(k) for k in expected)
 
+    def longest_gap(self, kind: str, partition: int, start_s: float, end_s: float, until_s: float) -> float | None:
+        """The longest time ``kind`` of ``partition`` made no progress that began between ``start_s``
+        and ``end_s`` (monotonic seconds; the first such time begins at ``start_s``), up to
+        ``until_s``; None when the series never moved."""
+        with self._lock:
+            times = sorted(t / 1e9 for t in self.times.get((kind, partition), []))
+        if not times:
+            return None
+        points = [start_s] + [t for t in times if start_s < t <= until_s]
+        if points[-1] < until_s:
+            points.append(until_s)
+        return max((b - a for a, b in zip(points, points[1:]) if a <= end_s), default=0.0)
+
     def stalls(self, expected: list[tuple[str, int]], windows: dict[str, list[tuple[float, float]]], limit_s: float,
                until_s: float, origin_s: float) -> list[dict]:
         """Each gap longer than ``limit_s`` in a partition's progress that neither a window excused
@@ -366,6 +380,25 @@ class Progress:
                                   "to_s": round(b - origin_s, 1), "gap_s": round(b - a, 1),
                                   "unexcused_s": round(longest, 1)})
         return found
+
+
+def leader_pause_gaps(faults, progress: Progress, until_s: float, origin_s: float) -> dict:
+    """Issue 31's failover target, measured: for each leader of the checked topic paused (alone,
+    or busy with same-node clients), the longest time its partition's acknowledgements and polls
+    made no progress that began during the pause, against replica_session_timeout_ms + 2 s."""
+    rows = []
+    for f in faults:
+        match = re.match(rf"{re.escape(TOPIC)}-(\d+) replica ", f.target)
+        if f.kind not in ("pause-leader", "pause-busy-leader") or f.error is not None or match is None:
+            continue
+        p, end = int(match.group(1)), f.ended or until_s
+        gaps = {kind: progress.longest_gap(kind, p, f.started, end, until_s) for kind in ("acks", "polls")}
+        rows.append({"fault": f"{f.kind} {f.target}", "at_s": round(f.started - origin_s, 1),
+                     "paused_s": round(end - f.started, 1),
+                     **{f"{kind}_gap_s": None if g is None else round(g, 1) for kind, g in gaps.items()}})
+    worst = {kind: max((r[f"{kind}_gap_s"] for r in rows if r[f"{kind}_gap_s"] is not None), default=None)
+             for kind in ("acks", "polls")}
+    return {"target_s": CLUSTER_CONFIG["replica_session_timeout_ms"] / 1000 + 2, "worst_s": worst, "pauses": rows}
 
 
 class Producers:
@@ -981,6 +1014,7 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
             stall["member_steps"] = [f"{member} {step} at {at / 1e9 - started:.1f} s took {took:.1f} s"
                                      for member, step, at, took in group.slow_steps
                                      if at / 1e9 - started <= stall["to_s"] and at / 1e9 - started + took >= stall["from_s"]]
+        leader_pauses = leader_pause_gaps(injector.history, work.progress, producing_until, started)
         operations = {**history.summary(), "commits": group.commits, "sent_over_same_node_channels":
                       work.local_requests, "stream_restarts": work.stream_restarts, **lossy_summary}
         errors = {}
@@ -1002,6 +1036,7 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
         "anomalies": {name: len(examples) for name, examples in anomalies.items()},
         "stalls": len(stalls),
         "stall_examples": stalls[:10],
+        "leader_pauses": leader_pauses,
         "examples": {name: [repr(e) for e in examples[:5]] for name, examples in anomalies.items()},
         "fault_log": [f"{f.kind} {f.target}" + (f" ({f.error})" if f.error else "") for f in injector.history],
         "member_errors": errors,
@@ -1030,6 +1065,10 @@ def main() -> None:
     print(report["report"])
     print(f"faults by kind: {dict(sorted(Counter(report['faults']).items()))}")
     print(f"stalls: {report['stalls']} {report['stall_examples'][:3]}")
+    pauses = report["leader_pauses"]
+    print(f"paused leaders: {len(pauses['pauses'])}; longest time without acknowledgements "
+          f"{pauses['worst_s']['acks']} s, without polled records {pauses['worst_s']['polls']} s "
+          f"(target {pauses['target_s']} s: the session timeout + 2 s)")
     print(f"{'OK' if report['ok'] else 'FAILED'}: {report['operations']['sends_acked']} acknowledged sends, "
           f"{len(report['anomalies'])} anomaly kinds, {report['stalls']} stalls; written to {args.out}")
     raise SystemExit(0 if report["ok"] else 1)
