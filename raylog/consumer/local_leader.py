@@ -10,7 +10,7 @@ import ray
 from raylog.errors import RaylogError
 from raylog.metadata import Metadata
 from raylog.storage.local_reader import LocalReader
-from raylog.storage.read_view import ROLE_FOLLOWER
+from raylog.storage.read_view import ROLE_FOLLOWER, ROLE_LEADER
 
 STALE_REFRESH_S = 1.0
 """How often the metadata is looked at again while the local replica's lease has lapsed."""
@@ -33,12 +33,11 @@ def open_local_reader(metadata: Metadata, topic: str, partition: int) -> tuple[L
     here = ray.get_runtime_context().get_node_id()
     # A follower here is opened whatever the cached ISR says (it may be older than the follower's
     # return to the ISR): its page says "follower" only while it is in the ISR it last heard of.
-    for replica in [info.leader, *(r for r in info.replicas if r.replica_id != info.leader.replica_id)]:
+    followers = [(r, ROLE_FOLLOWER) for r in info.replicas if r.replica_id != info.leader.replica_id]
+    for replica, role in [(info.leader, ROLE_LEADER), *followers]:
         if replica.ray_node_id == here:
             try:
-                if replica is info.leader:
-                    return LocalReader(replica.directory), info.leader_epoch
-                return LocalReader(replica.directory, ROLE_FOLLOWER), info.leader_epoch
+                return LocalReader(replica.directory, role), info.leader_epoch
             except OSError:
                 return None, info.leader_epoch
     return None, info.leader_epoch

@@ -273,12 +273,19 @@ class Sender(threading.Thread):
                     break
                 if not admits(st, batch, cap):
                     break
-                looking_until = self._awaiting_channel(tp, now)
-                if looking_until is not None:  # the lookup's answer wakes the loop
-                    next_retry = looking_until if next_retry is None else min(next_retry, looking_until)
+                try:
+                    route = self._route(tp, now)
+                except Exception as exc:  # noqa: BLE001 - metadata errors complete the batch like call errors
+                    route = exc
+                if not isinstance(route, BaseException) and route[2] is _LOOKING:
+                    # The first batches to a leader on this node wait for its channel, as every later
+                    # one takes it: sent by Ray call meanwhile they could be overtaken (with idempotence
+                    # off, appended out of order). The lookup's answer wakes the loop.
+                    until = self._lookups[tp][2] + CHANNEL_LOOKUP_WAIT_S
+                    next_retry = until if next_retry is None else min(next_retry, until)
                     break
                 st.queue.popleft()
-                self._submit(st, batch, now)
+                self._submit(st, batch, now, route)
         return next_retry
 
     def _bump_epoch(self, st: PartitionState) -> None:
@@ -288,7 +295,16 @@ class Sender(threading.Thread):
         for batch in st.queue:
             batch.base_sequence = -1
 
-    def _submit(self, st: PartitionState, batch: ProducerBatch, now: float) -> None:
+    def _route(self, tp, now: float) -> tuple:
+        """(leader, leader epoch, same-node channel or None or _LOOKING) for a batch to ``tp`` now;
+        raises what the metadata raises."""
+        info = self.metadata.topic(tp.topic, self.config.metadata_max_age_ms / 1000)
+        leader = self.metadata.leader(tp.topic, tp.partition)
+        epoch = info.description.partitions[tp.partition].leader_epoch
+        return leader, epoch, self._channel(tp, leader, epoch, now) if self.config.local_produce else None
+
+    def _submit(self, st: PartitionState, batch: ProducerBatch, now: float, route) -> None:
+        """Send ``batch`` the way ``route`` (``_route``'s answer, or the error it raised) says."""
         batch.attempts += 1
         if batch.attempts == 1:
             st.unresolved += 1
@@ -298,12 +314,11 @@ class Sender(threading.Thread):
             st.next_sequence = (st.next_sequence + batch.count) & SEQUENCE_MASK
             RecordBatch(batch.records).set_producer_state(batch.epoch, batch.base_sequence)
         try:
-            info = self.metadata.topic(batch.tp.topic, self.config.metadata_max_age_ms / 1000)
-            leader = self.metadata.leader(batch.tp.topic, batch.tp.partition)
-            epoch = info.description.partitions[batch.tp.partition].leader_epoch
+            if isinstance(route, BaseException):
+                raise route
+            leader, epoch, channel = route
             batch.sent_to_epoch = epoch
-            channel = self._channel(batch.tp, leader, epoch, now) if self.config.local_produce else None
-            if channel is not None and channel is not _LOOKING:
+            if channel is not None:
                 ref = channel.produce(batch.records, self.acks, epoch, self._replica_wait_ms)
                 self.metrics.local_requests.record(1, now)
             else:
@@ -354,23 +369,6 @@ class Sender(threading.Thread):
         ref.future().add_done_callback(lambda _f: self.acc.wakeup.set())
         self._lookups[tp] = (epoch, ref, now)
         return _LOOKING
-
-    def _awaiting_channel(self, tp, now: float) -> float | None:
-        """When the partition's channel lookup stops being waited for, while its batches wait for
-        it; None: send. The first batches to a leader on this node take the channel, as every
-        later one does: sent by Ray call meanwhile they could be overtaken (with idempotence off,
-        appended out of order)."""
-        if not self.config.local_produce:
-            return None
-        try:
-            info = self.metadata.topic(tp.topic, self.config.metadata_max_age_ms / 1000)
-            epoch = info.description.partitions[tp.partition].leader_epoch
-            leader = self.metadata.leader(tp.topic, tp.partition)
-        except Exception:  # noqa: BLE001 - _submit reports it with the batch
-            return None
-        if self._channel(tp, leader, epoch, now) is not _LOOKING:
-            return None
-        return self._lookups[tp][2] + CHANNEL_LOOKUP_WAIT_S
 
     @staticmethod
     def _open_channel(lookup) -> "produce_channel.ProduceChannel | None":
