@@ -50,6 +50,7 @@ from raylog.errors import (
     InvalidProducerEpochError, OutOfOrderSequenceError, RaylogError, UnknownMemberIdError,
 )
 from raylog.logs import configure_actor_logging, get_logger, log_event
+from raylog.metadata import WATCH_INTERVAL_S
 from raylog.naming import CONTROLLER_ACTOR_NAME, OFFSETS_TOPIC
 from raylog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from raylog.ray_calls import translate
@@ -64,7 +65,7 @@ TOPICS_TTL_S = 1.0
 RETRY_BACKOFF_S = 0.1
 LEADER_WATCH_S = 1.0
 """A call to the offsets partition's leader unanswered this long has the leader looked up again,
-as often while it waits (the clients' LeaderWatch, raylog/metadata.py)."""
+then every WATCH_INTERVAL_S while it waits (as the clients' LeaderWatch does, raylog/metadata.py)."""
 _REPLACED = object()
 
 logger = get_logger(__name__)
@@ -150,8 +151,10 @@ class GroupCoordinator:
         leader, whose producer state answers a duplicate."""
         call = asyncio.ensure_future(ref)
         try:
+            wait_s = LEADER_WATCH_S
             while True:
-                done, _ = await asyncio.wait({call}, timeout=LEADER_WATCH_S)
+                done, _ = await asyncio.wait({call}, timeout=wait_s)
+                wait_s = WATCH_INTERVAL_S
                 if done:
                     return call.result()
                 try:

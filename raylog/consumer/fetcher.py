@@ -68,11 +68,10 @@ against one such stall in each of 5 runs before). The cause was most likely the 
 (COLLECT_INTERVAL_S): the call was answered, but its answer was never taken up while the member's
 local reads had records; the resend stays as a guard, a read costing only the work."""
 WATCH_AFTER_S = 1.0
-WATCH_INTERVAL_S = 1.0
 WATCH_POLL_S = 0.05
 """A fetch unanswered WATCH_AFTER_S past fetch_max_wait_ms has its topic's leaders looked up
-again, once every WATCH_INTERVAL_S while it stays unanswered, the answer looked for every
-WATCH_POLL_S (the producer's sender does the same)."""
+again (LeaderWatch), the answer looked for every WATCH_POLL_S (the producer's sender does the
+same); at once when the leader is on this node and its page shows its lease lapsed."""
 
 
 @dataclass(slots=True)
@@ -94,6 +93,13 @@ class PartitionState:
     """Reads the leader's segment files, when the leader is on this node (local_reads)."""
     local_idle: bool = False
     """The last local read found nothing new: wait() watches the leader's page, no call in flight."""
+    watch_leader: bool = False
+    """The fetch in flight went to a leader that seems gone, so its topic's leaders are watched
+    from the moment it went out, not WATCH_AFTER_S past fetch_max_wait_ms: the leader is on this
+    node and its page showed its lease lapsed (paused or cut off: the controller fences it soon),
+    or the fetch is the resend of one unanswered for RESEND_AFTER_S (the resend used to start the
+    wait over: the test of issue 31's failover saw a consumer on another node resume 1 s after the
+    producers did, every time)."""
 
 
 class Fetcher:
@@ -103,7 +109,7 @@ class Fetcher:
         cluster's replica_session_timeout_ms)."""
         self.config = config
         self._watch_after_s = leader_watch_after_s
-        self._watch = LeaderWatch(metadata, WATCH_INTERVAL_S, leader_watch_after_s)
+        self._watch = LeaderWatch(metadata, leader_watch_after_s)
         self._watch_at: float | None = None
         """When send_fetches next looks at the fetches in flight for replaced leaders."""
         self._collect_at = 0.0
@@ -151,6 +157,7 @@ class Fetcher:
             self.buffered_bytes -= st.in_flight_bytes
             st.in_flight = None
             st.in_flight_bytes = 0
+        st.watch_leader = False
 
     def reset(self, tp: TopicPartition, strategy: str, timeout_s: float | None = None) -> None:
         if strategy == "none":
@@ -220,20 +227,21 @@ class Fetcher:
             free -= budget
 
     def _watch_leaders(self, now: float) -> float | None:
-        """Fetches unanswered WATCH_AFTER_S past fetch_max_wait_ms: look up their leaders again (once
-        a second per topic, without blocking poll on the controller) and fetch from the new one where
+        """Fetches unanswered WATCH_AFTER_S past fetch_max_wait_ms: look up their leaders again (every
+        WATCH_INTERVAL_S per topic, without blocking poll on the controller) and fetch from the new one where
         the leader was replaced meanwhile, so a consumer does not wait on a paused leader after it
         was fenced; a fetch unanswered past fetch_max_wait_ms + request_timeout_ms is given up in any
         case. Returns when to look next (None: nothing in flight)."""
         wait_s = self.config.fetch_max_wait_ms / 1000
         flying = [(tp, st) for tp, st in self.states.items() if st.in_flight is not None]
-        late = [(tp, st) for tp, st in flying if now - st.served_at > wait_s + WATCH_AFTER_S]
+        late = [(tp, st) for tp, st in flying if st.watch_leader or now - st.served_at > wait_s + WATCH_AFTER_S]
         for tp, st in late:
             if now - st.served_at > wait_s + self._timeout_s:
                 self._drop_call(st)
                 self.metadata.invalidate(tp.topic)
             elif now - st.served_at > wait_s + RESEND_AFTER_S:
                 self._drop_call(st)
+                st.watch_leader = True
         answered = self._watch.look({tp.topic for tp, st in late if st.in_flight is not None}, now)
         for tp, st in late:
             info = answered.get(tp.topic)
@@ -260,6 +268,8 @@ class Fetcher:
         got = st.local.read(st.fetch_offset, self.config.max_partition_fetch_bytes)
         if got is None:
             st.local_idle = False
+            if st.local.lapsed:
+                st.watch_leader = True
             return False
         records, st.high_watermark = got
         if not records:
@@ -305,6 +315,8 @@ class Fetcher:
         st.served_at = time.monotonic()
         self.buffered_bytes += budget
         self._refs[ref] = (tp, st.generation, st.fetch_offset)
+        if st.watch_leader:
+            self._watch_at = st.served_at
 
     def wait(self, timeout_s: float) -> None:
         """Wait up to ``timeout_s`` for at least one fetch to complete, then take every completed one
@@ -361,6 +373,7 @@ class Fetcher:
         if st is None or st.generation != generation:
             return
         st.in_flight = None
+        st.watch_leader = False
         self.buffered_bytes -= st.in_flight_bytes
         st.in_flight_bytes = 0
         try:

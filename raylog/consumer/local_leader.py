@@ -56,6 +56,8 @@ class LocalLeader:
         self.epoch: int | None = None
         """The leader epoch ``reader`` was looked up for; None: look up again."""
         self._refreshed_at = 0.0
+        self.lapsed = False
+        """The last read found the replica's lease lapsed (paused, or cut off from the controller)."""
 
     def current(self) -> LocalReader | None:
         """The reader for the leader the metadata names now, or None when that leader is elsewhere."""
@@ -75,6 +77,7 @@ class LocalLeader:
         if reader is None:
             return None
         got = reader.read(offset, max_bytes, self.epoch)
+        self.lapsed = False
         if got is None:
             snap = reader.snapshot()
             if snap is not None and self.epoch is not None and snap.leader_epoch > self.epoch:
@@ -82,12 +85,13 @@ class LocalLeader:
                 # old leader may still succeed and never refresh it, so refresh it now.
                 self._metadata.invalidate(self._topic)
                 self.close()
-            elif snap is not None and time.monotonic_ns() >= snap.valid_until_ns \
-                    and time.monotonic() - self._refreshed_at >= STALE_REFRESH_S:
+            elif snap is not None and time.monotonic_ns() >= snap.valid_until_ns:
                 # Its lease lapsed (paused, cut off): the controller is about to fence it, and the
-                # metadata must be looked at again for whoever leads next (once a second).
-                self._refreshed_at = time.monotonic()
-                self._metadata.invalidate(self._topic)
+                # metadata must be looked at again for whoever leads next.
+                self.lapsed = True
+                if time.monotonic() - self._refreshed_at >= STALE_REFRESH_S:
+                    self._refreshed_at = time.monotonic()
+                    self._metadata.invalidate(self._topic)
         return got
 
     def close(self) -> None:

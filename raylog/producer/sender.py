@@ -79,12 +79,9 @@ MAX_CHANNELS = 32
 """Channels one producer keeps open (each is a socket and a reader thread): partitions beyond
 them on this node use Ray calls."""
 WATCH_AFTER_S = 1.0
-WATCH_INTERVAL_S = 1.0
 WATCH_POLL_S = 0.05
-"""A call unanswered WATCH_AFTER_S has its topic's leaders looked up again, once every
-WATCH_INTERVAL_S while it stays unanswered, the answer looked for every WATCH_POLL_S: an answer
-takes milliseconds (a few hundred under load), and each look is one small call to the controller,
-made without waiting for it."""
+"""A call unanswered WATCH_AFTER_S has its topic's leaders looked up again (LeaderWatch), the
+answer looked for every WATCH_POLL_S: an answer takes milliseconds (a few hundred under load)."""
 JITTER = 0.2
 """Retry backoff is spread by +-20% (KIP-580), so producers that failed together retry apart."""
 
@@ -165,7 +162,7 @@ class Sender(threading.Thread):
         """TopicPartition -> (leader epoch, ObjectRef of the leader's read_location, monotonic time
         asked): lookups of a channel not answered yet."""
         self._watch_after_s = leader_watch_after_s
-        self._watch = LeaderWatch(metadata, WATCH_INTERVAL_S, leader_watch_after_s)
+        self._watch = LeaderWatch(metadata, leader_watch_after_s)
 
     # --- the loop -----------------------------------------------------------------------------
 
@@ -471,8 +468,8 @@ class Sender(threading.Thread):
             entry[1].close()
 
     def _watch_leaders(self, now: float) -> float | None:
-        """Calls unanswered for WATCH_AFTER_S: look up their partitions' leaders again (once a second
-        per topic, without blocking the loop on the controller) and resend, by sequence, those whose
+        """Calls unanswered for WATCH_AFTER_S: look up their partitions' leaders again (every
+        WATCH_INTERVAL_S per topic, without blocking the loop on the controller) and resend, by sequence, those whose
         leader was replaced meanwhile. A paused or partitioned leader is fenced after the session
         timeout, and its lease lapsed before that, so it can acknowledge nothing: waiting out
         request_timeout_ms for its answer (Kafka's clients do) only delays the new leader. Returns
