@@ -32,8 +32,8 @@ polled by the group, make no progress for longer than STALL_FACTOR x replica_ses
 is a ``stall``, unless the partition could not serve meanwhile: the controller showed it without
 a leader or short of MIN_INSYNC in-sync replicas, or a fault that leaves no healthy leader (the
 whole cluster restarting, the controller down, a full disk on the leader) covers that time, or
-for polls a faulty or changing group (its coordinator or a member paused or killed, its offsets
-partition short of in-sync replicas, members replaced or added: members commit synchronously, and a rebalance hands partitions over). A paused leader is no excuse: it is fenced after the session timeout, and
+for polls a faulty or changing group (its coordinator or a member paused or killed, by itself or
+with its node, its offsets partition short of in-sync replicas, members replaced or added: members commit synchronously, and a rebalance hands partitions over). A paused leader is no excuse: it is fenced after the session timeout, and
 clients resend to the next.
 
 Run it: ``python -m tests.support.chaos --minutes 30 --out bench/results/chaos.json`` (``make
@@ -519,9 +519,12 @@ class Group:
         with self._lock:
             return list(self.members)
 
-    def supervise(self) -> None:
+    def supervise(self, since: float | None = None) -> None:
         """Replace dead members and start a producer on each worker node without one (a node that
-        came back, or joined); now and then let one more member join and close an old one."""
+        came back, or joined); now and then let one more member join and close an old one.
+        ``since``: when the fault just healed began (monotonic seconds). A member found dead died
+        with it (a node restarted or lost with the member on it is a member killed, for the group)
+        and the group's change began then, not when it is found."""
         for node, producer in list(self.node_producers.items()):
             try:
                 ray.get(producer.pid.remote(), timeout=15)
@@ -556,6 +559,8 @@ class Group:
             self.log("  a member joined and the oldest left")
         elif not replaced:
             return
+        if replaced and since is not None:
+            started = min(started, since)
         self.progress.group_changes.append((started, time.monotonic()))
 
     def pump(self) -> None:
@@ -773,9 +778,9 @@ class Workload:
         self.stream = Stream(out, self.lossy_errors) if out is not None else None
         self.stream_restarts = 0
 
-    def supervise(self) -> None:
-        """Keep the group, the node producers and the stream running."""
-        self.group.supervise()
+    def supervise(self, since: float | None = None) -> None:
+        """Keep the group, the node producers and the stream running (``since``: GroupWorkload.supervise)."""
+        self.group.supervise(since)
         if self.stream is not None and self.stream.stuck(self.sim.cluster):
             # RayDP does not replace a lost executor (Ray ends one whose actor was leased through a
             # node that died), so a stream that stopped moving starts again from its checkpoint:
@@ -948,7 +953,7 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
                     injector.heal(due)
                     say(f"  healed {due.kind} {due.target}")
                 work.group.pump()
-            work.supervise()
+            work.supervise(since=fault.started)
             work.group.pump()
             # Settled: every partition back in sync before the next fault, so faults do not pile up
             # (a follower still catching up after a restart, then another node lost, leaves one).
