@@ -227,11 +227,12 @@ class Fetcher:
             free -= budget
 
     def _watch_leaders(self, now: float) -> float | None:
-        """Fetches unanswered WATCH_AFTER_S past fetch_max_wait_ms: look up their leaders again (every
-        WATCH_INTERVAL_S per topic, without blocking poll on the controller) and fetch from the new one where
-        the leader was replaced meanwhile, so a consumer does not wait on a paused leader after it
-        was fenced; a fetch unanswered past fetch_max_wait_ms + request_timeout_ms is given up in any
-        case. Returns when to look next (None: nothing in flight)."""
+        """Fetches unanswered WATCH_AFTER_S past fetch_max_wait_ms, or whose leader seems gone
+        (watch_leader): look up their leaders again (every WATCH_INTERVAL_S per topic, without
+        blocking poll on the controller) and fetch from the new one where the leader was replaced
+        meanwhile, so a consumer does not wait on a paused leader after it was fenced; a fetch
+        unanswered past fetch_max_wait_ms + request_timeout_ms is given up in any case. Returns
+        when to look next (None: nothing in flight)."""
         wait_s = self.config.fetch_max_wait_ms / 1000
         flying = [(tp, st) for tp, st in self.states.items() if st.in_flight is not None]
         late = [(tp, st) for tp, st in flying if st.watch_leader or now - st.served_at > wait_s + WATCH_AFTER_S]

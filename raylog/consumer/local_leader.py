@@ -73,11 +73,11 @@ class LocalLeader:
     def read(self, offset: int, max_bytes: int) -> tuple[bytes, int] | None:
         """LocalReader.read from the current leader's (or follower's) files; None: fetch through
         the leader."""
+        self.lapsed = False
         reader = self.current()
         if reader is None:
             return None
         got = reader.read(offset, max_bytes, self.epoch)
-        self.lapsed = False
         if got is None:
             snap = reader.snapshot()
             if snap is not None and self.epoch is not None and snap.leader_epoch > self.epoch:

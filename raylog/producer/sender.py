@@ -469,8 +469,8 @@ class Sender(threading.Thread):
 
     def _watch_leaders(self, now: float) -> float | None:
         """Calls unanswered for WATCH_AFTER_S: look up their partitions' leaders again (every
-        WATCH_INTERVAL_S per topic, without blocking the loop on the controller) and resend, by sequence, those whose
-        leader was replaced meanwhile. A paused or partitioned leader is fenced after the session
+        WATCH_INTERVAL_S per topic, without blocking the loop on the controller) and resend, by
+        sequence, those whose leader was replaced meanwhile. A paused or partitioned leader is fenced after the session
         timeout, and its lease lapsed before that, so it can acknowledge nothing: waiting out
         request_timeout_ms for its answer (Kafka's clients do) only delays the new leader. Returns
         when to look next."""

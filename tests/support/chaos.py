@@ -33,8 +33,9 @@ is a ``stall``, unless the partition could not serve meanwhile: the controller s
 a leader or short of MIN_INSYNC in-sync replicas, or a fault that leaves no healthy leader (the
 whole cluster restarting, the controller down, a full disk on the leader) covers that time, or
 for polls a faulty or changing group (its coordinator or a member paused or killed, by itself or
-with its node, its offsets partition short of in-sync replicas, members replaced or added: members commit synchronously, and a rebalance hands partitions over). A paused leader is no excuse: it is fenced after the session timeout, and
-clients resend to the next.
+with its node, its offsets partition short of in-sync replicas, members replaced or added:
+members commit synchronously, and a rebalance hands partitions over). A paused leader is no
+excuse: it is fenced after the session timeout, and clients resend to the next.
 
 Run it: ``python -m tests.support.chaos --minutes 30 --out bench/results/chaos.json`` (``make
 chaos``), or ``run(...)`` from a test (``tests/faults/test_chaos.py`` runs a short one).
