@@ -877,6 +877,11 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
         # (the simulated cluster unmounts its disks as it ends).
         if not sim.disks:
             say("fill-disk skipped: this machine does not let the run mount a tmpfs (needs root)")
+        # Every node registered first: a node agent starting slowly on a loaded machine left the
+        # placement one live node within request_timeout_ms (InvalidReplicationFactorError, seen
+        # with stress-ng --cpu 1 beside the short run).
+        for node in sim.node_ids():
+            sim.raylog_node(node)
         sim.cluster.admin().create_topic(TOPIC, PARTITIONS, replication_factor=3)
         if spark:
             lossy.create(sim.cluster)

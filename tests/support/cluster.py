@@ -22,6 +22,7 @@ import ray
 from ray.cluster_utils import Cluster
 
 import raylog
+from raylog.errors import KafkaTimeoutError
 from placement.nodes import DATA_DIR_LABEL, HEAD_RESOURCE
 from raylog.cluster import RAY_SYSTEM_CONFIG
 from tests.support.disks import can_mount_tmpfs, mount_tmpfs, unmount
@@ -79,7 +80,11 @@ class SimulatedCluster:
         registers at the controller's next node check, once its agent has started)."""
         deadline = time.monotonic() + timeout_s
         while True:
-            for node in self.cluster.admin().describe_cluster()["nodes"]:
+            try:
+                nodes = self.cluster.admin().describe_cluster()["nodes"]
+            except KafkaTimeoutError:
+                nodes = []  # a controller still starting on a loaded machine: ask again
+            for node in nodes:
                 if node["ray_node_id"] == ray_node_id:
                     return node["node_id"]
             if time.monotonic() > deadline:
