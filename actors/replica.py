@@ -1004,11 +1004,15 @@ class PartitionReplica:
             self._schedule_lag_check()
         deadline = time.monotonic() + max_wait_ms / 1000.0
         while True:
+            # A parked fetch is answered by a leader (at the epoch named) or refused: once this
+            # replica hands over it may cut its log (a rotted batch), and a follower told that
+            # shorter log end cuts its own to it (a short chaos run lost committed records so).
+            self._check_leader(leader_epoch)
             event = self._changed
             limit = None if follower else self.state.high_watermark
             data = self.log.read(offset, max_bytes, limit)
             remaining = deadline - time.monotonic()
-            if len(data) >= min_bytes or remaining <= 0 or self.state.role != LEADER:
+            if len(data) >= min_bytes or remaining <= 0:
                 break
             try:
                 await asyncio.wait_for(event.wait(), remaining)

@@ -300,6 +300,11 @@ def test_a_byte_rotted_on_a_replica_is_never_served_and_the_replica_fetches_it_a
         wait_for(lambda: len(admin.describe_partitions("rot")[0]["isr"]) == 3, timeout_s=120)
         views = {v["replica_id"]: v for v in admin.describe_replicas("rot", 0)}
         assert views[victim["replica_id"]]["log_end_offset"] == 2000
+        # Only the rotted replica cuts its log: a follower's fetch parked at it as it handed over was
+        # once told its cut log end, and the follower (the new leader) cut committed records to it.
+        cuts = logged("truncation", topic="rot")
+        assert [f["log_end_offset"] for f in cuts if f["replica"] == str(victim["replica_id"])] == ["700"]
+        assert [f for f in cuts if f["replica"] != str(victim["replica_id"])] == [], "no other replica cut its log"
         with open(path, "rb") as f:
             again = f.read()
         fixed = next(b for b in rb.iter_batches(again) if b.base_offset == 700)
