@@ -1255,6 +1255,8 @@ def _restarted() -> bool:
     try:
         import ray
 
+        if not ray.is_initialized():
+            return False  # a plain object in a unit test: asking would start a local Ray
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # Ray 2.60 reads a deprecated property inside this one
             return bool(ray.get_runtime_context().was_current_actor_reconstructed)

@@ -217,9 +217,10 @@ class CoordinatorNotAvailableError(RaylogError):
 
 
 class TopicCreationIncompleteError(RaylogError):
-    """Some replicas of a topic being created (or grown) did not start in time: the topic exists,
-    ``missing`` lists the (partition, replica) pairs not started, and creating the topic again
-    with the same partitions and replication factor finishes it."""
+    """Some replicas of a topic being created (or grown) did not start (Ray failed the actor, or its
+    node left the cluster): the topic exists, ``missing`` lists the (partition, replica) pairs not
+    started, and creating the topic again with the same partitions and replication factor
+    finishes it."""
 
     retriable = True
 

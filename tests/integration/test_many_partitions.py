@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 
 import pytest
@@ -16,22 +15,7 @@ import pytest
 from raylog import TopicPartition
 from raylog.config import ClusterConfig
 from raylog.errors import TopicCreationIncompleteError
-from tests.support.topics import consume_all, fresh_topic
-
-
-def create_in_background(admin, name: str, partitions: int, **kwargs) -> tuple[threading.Thread, dict]:
-    """create_topic on a thread; the dict gets its "description" or its "error"."""
-    created: dict = {}
-
-    def create():
-        try:
-            created["description"] = admin.create_topic(name, partitions, **kwargs)
-        except BaseException as exc:  # noqa: BLE001 - reported by the caller's assertion
-            created["error"] = exc
-
-    thread = threading.Thread(target=create)
-    thread.start()
-    return thread, created
+from tests.support.topics import consume_all, create_in_background, fresh_topic
 
 
 def test_a_64_partition_topic_is_created_with_the_default_timeout_while_other_calls_are_answered(cluster):

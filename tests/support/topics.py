@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 
@@ -28,3 +29,18 @@ def end_offsets(cluster, topic: str) -> dict:
     admin = cluster.admin()
     n = len(admin.describe_topics([topic])[0].partitions)
     return admin.end_offsets([TopicPartition(topic, p) for p in range(n)])
+
+
+def create_in_background(admin, name: str, partitions: int, **kwargs) -> tuple[threading.Thread, dict]:
+    """create_topic on a thread; the dict gets its "description" or its "error"."""
+    created: dict = {}
+
+    def create():
+        try:
+            created["description"] = admin.create_topic(name, partitions, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - reported by the caller's assertion
+            created["error"] = exc
+
+    thread = threading.Thread(target=create)
+    thread.start()
+    return thread, created
