@@ -99,3 +99,20 @@ def test_a_raising_callback_is_isolated_and_later_callbacks_still_run(caplog):
     futures[2].add_callback(lambda extra, meta: seen.append((extra, meta.offset)), "x")
     result._runner.drain(None)
     assert seen[-1] == ("x", 42), "kafka-python's extra callback arguments come first"
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_building_a_runs_metadata_leaves_the_garbage_collector_as_it_found_it(enabled):
+    """The build pauses the collector (futures._collector_paused): on again after, or still off
+    when the caller had turned it off."""
+    import gc
+
+    result, futures = run_of(3)
+    result.set_batches([0, 0, 0], 1)
+    result.complete_batch(np.array([0, 1, 2]), 7)
+    (gc.enable if enabled else gc.disable)()
+    try:
+        assert [f.get(timeout=0).offset for f in futures] == [7, 8, 9]
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable()
