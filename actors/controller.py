@@ -93,7 +93,8 @@ OFFSETS_TOPIC_CONFIG = {"cleanup_policy": "compact", "segment_bytes": 100 * 1024
 segments (offsets.topic.segment.bytes); commits are written with acks='all', and
 min_insync_replicas follows the replication factor as for any topic (2 with 3 replicas)."""
 ATTACH_RETRY_S = 1.0
-"""How long the controller waits before asking a replica it could not reach whether it is back."""
+"""How long the controller waits before asking a replica it could not reach whether it is back, and
+how often a creation waiting for replicas to start looks whether their nodes are still there."""
 REGISTER_RETRY_S = 5.0
 """How long a Ray node whose registration failed (its agent not answering, its data directory still
 locked by a process of its previous session, or refused) waits before it is tried again."""

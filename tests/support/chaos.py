@@ -877,9 +877,10 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
         # (the simulated cluster unmounts its disks as it ends).
         if not sim.disks:
             say("fill-disk skipped: this machine does not let the run mount a tmpfs (needs root)")
-        # Every node registered first: a node agent starting slowly on a loaded machine left the
-        # placement one live node within request_timeout_ms (InvalidReplicationFactorError, seen
-        # with stress-ng --cpu 1 beside the short run).
+        # Every node registered before the topic is placed on three of them. The controller waits
+        # for the registrations under way when it places; this also waits out one refused and
+        # tried again at its next node check (a 1.5 s window on an agent's answer once left the
+        # placement one live node on a loaded machine: InvalidReplicationFactorError).
         for node in sim.node_ids():
             sim.raylog_node(node)
         sim.cluster.admin().create_topic(TOPIC, PARTITIONS, replication_factor=3)
