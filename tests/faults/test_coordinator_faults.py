@@ -49,8 +49,8 @@ def sim(tmp_path_factory):
             "request_timeout_ms": REQUEST_MS, "replica_lag_time_max_ms": 30_000,
             "replica_fetch_wait_max_ms": 3000, "replica_session_timeout_ms": SESSION_MS,
             "replica_heartbeat_interval_ms": 500},
-            # A paused raylet is declared dead after 5 min, not 1.5 s (the last test pauses them
-            # for as long as a loaded machine takes to record a topic).
+            # A paused raylet is declared dead after 600 missed checks, not 3 (the last test pauses
+            # them for as long as a loaded machine takes to record a topic).
             health_checks={"health_check_failure_threshold": 600}) as sim:
         admin = sim.cluster.admin()
         topic = f"data-{uuid.uuid4().hex[:6]}"

@@ -14,7 +14,14 @@ consumer read ever disappears (tests/support/history.py names each anomaly).
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+
 import pytest
+import ray
+from ray._private import ray_constants
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from tests.integration.conftest import wait_for
 from tests.support.cluster import simulated_cluster
@@ -64,3 +71,35 @@ def test_acks_all_records_survive_the_leaders_node_being_lost_five_times(sim):
     assert anomalies == {}, {k: v[:5] for k, v in anomalies.items()}
     assert workload.acked() > 1500
     assert not workload.history.failed, list(workload.history.failed.items())[:3]
+
+
+def node_alive(ray_node_id: str) -> bool:
+    return any(n["NodeID"] == ray_node_id and n["Alive"] for n in ray.nodes())
+
+
+@ray.remote(num_cpus=0)
+def where() -> str:
+    return ray.get_runtime_context().get_node_id()
+
+
+def test_a_node_stalled_for_seconds_stays_in_the_cluster_and_a_killed_one_is_declared_dead(tmp_path):
+    """A loaded machine can keep a raylet from answering Ray's health checks for seconds. The
+    harness's fast checks declared such a node dead within 1.5 s; its raylet then exited, and
+    when that was the head's, so did the test process attached to it, silently (a CI run of the
+    rolling restart). A worker's raylet stopped for 5 s stands for it here: the node stays, runs
+    work afterwards, and a node that is killed is still declared dead."""
+    with simulated_cluster(str(tmp_path / "data"), workers=1) as sim:
+        head = sim.head_id()
+        worker = next(n for n in sim.sim.list_all_nodes() if n.node_id != head)
+        raylet = worker.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process
+        on_worker = where.options(scheduling_strategy=NodeAffinitySchedulingStrategy(worker.node_id, soft=False))
+        assert ray.get(on_worker.remote(), timeout=120) == worker.node_id
+        os.kill(raylet.pid, signal.SIGSTOP)
+        try:
+            time.sleep(5)  # the stall itself, not a wait for an outcome
+        finally:
+            os.kill(raylet.pid, signal.SIGCONT)
+        assert ray.get(on_worker.remote(), timeout=120) == worker.node_id
+        assert raylet.poll() is None and node_alive(worker.node_id)
+        sim.remove(worker.node_id)
+        wait_for(lambda: not node_alive(worker.node_id), timeout_s=60)

@@ -7,7 +7,7 @@ removes a node and starts a new raylet on the same data directory: the same rayl
 new Ray node id, as after a reboot. A whole-cluster restart is the ``simulated_cluster`` block
 ending and a new one on the same data root (the head keeps ``<data root>/head``) adding nodes on
 the old directories. Ray's health checks are sped up so a removed node is declared dead in about
-2 s instead of 15.
+2 s instead of 15, while a node only slow to answer is never declared dead for it.
 """
 
 from __future__ import annotations
@@ -30,9 +30,15 @@ from tests.support.disks import can_mount_tmpfs, mount_tmpfs, unmount
 FAST_HEALTH_CHECKS = {
     "health_check_initial_delay_ms": 0,
     "health_check_period_ms": 500,
-    "health_check_timeout_ms": 500,
+    "health_check_timeout_ms": 10_000,
     "health_check_failure_threshold": 3,
 }
+"""A killed raylet's port refuses the GCS's check at once, so three checks half a second apart
+declare it dead in 1.5 s. A raylet that is alive but busy has Ray's own 10 s to answer each:
+with a 500 ms timeout a head raylet starting workers on a loaded 2-core machine missed three
+checks, was declared dead and exited, and the test process attached to it was ended by its core
+worker with exit code 1 and no output (a CI run of make test-long ended so in the rolling
+restart)."""
 NODE_ARGS = {"num_cpus": 1, "object_store_memory": 100 * 1024 * 1024, "node_ip_address": "127.0.0.1"}
 """Every simulated node on loopback: without node_ip_address, ray.cluster_utils binds the machine's
 address and all interfaces (seen with ss), whatever RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER says. (A
@@ -127,7 +133,8 @@ class SimulatedCluster:
     def _add_node(self, data_dir: str) -> str:
         address = self._addresses.setdefault(data_dir, f"127.0.0.{len(self._addresses) + 2}")
         node = self.sim.add_node(**{**NODE_ARGS, "node_ip_address": address}, labels={DATA_DIR_LABEL: data_dir})
-        self.sim.wait_for_nodes()
+        # Ray's default 30 s is a budget a loaded machine can overrun; this is only a bound on a hang.
+        self.sim.wait_for_nodes(timeout=300)
         return node.node_id
 
     def worker_dirs(self) -> list[str]:
