@@ -12,7 +12,7 @@ export RAY_USAGE_STATS_ENABLED := 0
 CHAOS_MINUTES ?= 30
 SOAK_MINUTES ?= 60
 
-.PHONY: venv jar test test-long test-unit demo bench bench-quick peers chaos soak lock clean
+.PHONY: venv jar tools test test-long test-unit demo bench bench-quick peers chaos soak lock clean
 
 venv: $(STAMP)
 
@@ -40,7 +40,7 @@ $(STAMP): pyproject.toml constraints.txt
 
 # make test: everything but the longest fault scenarios (marked long in tests/conftest.py), which
 # make test-long runs; CI (.ci/run) runs both.
-test: $(STAMP) $(JAR)
+test: $(STAMP) $(JAR) tools
 	$(PY) -m pytest -m "not long" --durations=15 $(PYTEST_ARGS)
 
 test-long: $(STAMP) $(JAR)
@@ -49,7 +49,7 @@ test-long: $(STAMP) $(JAR)
 test-unit: $(STAMP) $(JAR)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-demo: $(STAMP) $(JAR)
+demo: $(STAMP) $(JAR) tools
 	$(PY) -m bench.demo
 
 # The benchmark suite (bench/__main__.py): Kafka's table, the peers beside raylog in the same run,
@@ -60,6 +60,15 @@ bench: $(STAMP) $(JAR) peers
 
 bench-quick: $(STAMP) $(JAR) peers
 	$(PY) -m bench --quick
+
+# kcat, a judge of the Kafka listener (tests/integration/test_kafka_protocol.py), from Debian's package
+# (root or sudo; without it those tests are skipped with a line saying so).
+tools:
+	@command -v kcat >/dev/null || { \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get install -y -q kcat >/dev/null 2>&1 || \
+	  { $$SUDO apt-get update -q >/dev/null 2>&1 && $$SUDO apt-get install -y -q kcat >/dev/null 2>&1; } || \
+	  echo "could not install kcat: the tests that use it are skipped"; }
 
 peers:
 	@command -v redis-server >/dev/null && command -v nats-server >/dev/null || { \

@@ -47,6 +47,7 @@ the metadata log's fsync without an ``await`` in between.
 
 from __future__ import annotations
 
+import copy
 import asyncio
 import dataclasses
 import logging
@@ -1372,6 +1373,43 @@ class Controller:
                                "pid": os.getpid()},
                 "head_node": self.head_node, "node_lost_timeout_ms": self.config.node_lost_timeout_ms,
                 "nodes": nodes}
+
+    # --- Kafka listener users (raylog/kafka/sasl.py) ----------------------------------------
+
+    async def set_user(self, name: str, credentials: dict) -> None:
+        """Add a user of the Kafka listener, or replace its credentials (SCRAM's, computed by the
+        caller: no password reaches the controller)."""
+        name = args.text("name", name, 255)
+        checked = {}
+        for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+            entry = args.mapping(mechanism, args.mapping("credentials", credentials).get(mechanism),
+                                 required=("salt", "stored_key", "server_key", "iterations"))
+            checked[mechanism] = {"salt": args.text("salt", entry["salt"], 256),
+                                  "stored_key": args.text("stored_key", entry["stored_key"], 256),
+                                  "server_key": args.text("server_key", entry["server_key"], 256),
+                                  "iterations": args.integer("iterations", entry["iterations"], 4096, 1_000_000)}
+        await self._ensure_started()
+        self._commit(self.state.set_user(name, checked))
+        log_event(logger, "user_set", user=name)
+
+    async def delete_user(self, name: str) -> None:
+        name = args.text("name", name, 255)
+        await self._ensure_started()
+        self._commit(self.state.delete_user(name))
+        log_event(logger, "user_deleted", user=name)
+
+    async def list_users(self) -> list[dict]:
+        """[{"name", "mechanisms": [...], "iterations"}] of every user, sorted; no credentials."""
+        await self._ensure_started()
+        return [{"name": n, "mechanisms": sorted(c), "iterations": c["SCRAM-SHA-256"]["iterations"]}
+                for n, c in sorted(self.state.users.items())]
+
+    async def user_credentials(self, name: str) -> dict | None:
+        """A user's stored SCRAM credentials (the listener checks logins with them), None if none."""
+        name = args.text("name", name, 255)
+        await self._ensure_started()
+        found = self.state.users.get(name)
+        return None if found is None else copy.deepcopy(found)
 
     async def cluster_config(self) -> dict:
         return self.config.to_dict()

@@ -20,6 +20,8 @@ Records are plain dicts (msgpack-able):
     {"type": "node_draining", "node_id", "draining", "session"}
     {"type": "replica_removal_pending", "topic", "topic_id", "partition", "replica"}
     {"type": "legacy_node_adopted", "legacy_node_id", "node_id", "directories": {old: new}}
+    {"type": "user_set", "name", "credentials": {mechanism: {salt, stored_key, server_key, iterations}}}
+    {"type": "user_deleted", "name"}
 
 where a partition is ``{"replicas": [replica, ...], "leader", "leader_epoch",
 "partition_epoch", "isr": [replica ids], "elr": [replica ids], "adding": [...], "removing": [...]}``
@@ -64,7 +66,7 @@ from raylog import topic_configs
 from raylog.config import TopicConfig, default_min_insync_replicas, split_topic_configs
 from raylog.errors import (
     FencedLeaderEpochError, InvalidConfigError, InvalidPartitionError, InvalidReplicationFactorError,
-    TopicAlreadyExistsError, UnknownTopicOrPartitionError,
+    TopicAlreadyExistsError, UnknownTopicOrPartitionError, UnknownUserError,
 )
 from raylog.naming import partition_path, validate_topic_name, validate_topic_shape
 
@@ -147,6 +149,19 @@ class ControllerState:
         self.head_node_id: int | None = None
         """The node whose data directory holds the metadata log."""
         self.nodes: dict[int, NodeState] = {}
+        self.users: dict[str, dict] = {}
+        """Kafka listener users: name -> SCRAM credentials (raylog/kafka/sasl.py); no passwords."""
+
+    # --- users ------------------------------------------------------------------------------
+
+    def set_user(self, name: str, credentials: dict) -> list[dict]:
+        """Add a user or replace its credentials."""
+        return [{"type": "user_set", "name": name, "credentials": credentials}]
+
+    def delete_user(self, name: str) -> list[dict]:
+        if name not in self.users:
+            raise UnknownUserError(f"no user {name!r} (users: {sorted(self.users)})")
+        return [{"type": "user_deleted", "name": name}]
 
     # --- nodes ------------------------------------------------------------------------------
 
@@ -585,6 +600,10 @@ class ControllerState:
             for r in [*replicas, *self.pending_deletions.values()]:
                 if r["node_id"] == old:
                     r["node_id"], r["directory"] = new, moves.get(r["directory"], r["directory"])
+        elif kind == "user_set":
+            self.users[record["name"]] = copy.deepcopy(record["credentials"])
+        elif kind == "user_deleted":
+            self.users.pop(record["name"], None)
         else:
             raise ValueError(f"unknown metadata record type {kind!r}")
 

@@ -7,7 +7,8 @@
 
 Scenarios: kafka (Kafka's table, rows 1-9), peers (Redis Streams, NATS JetStream and
 ray.util.queue beside raylog), stored-data (row 10), and each area's own script: clients,
-replication, groups, partitions, spark, storage, codec. Then `python -m bench.plot` draws the PNGs.
+replication, groups, partitions, spark, storage, codec, kafka-protocol (Kafka clients through the
+listener). Then `python -m bench.plot` draws the PNGs.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ AREAS = {
     "spark": "bench.spark_bench",
     "storage": "bench.storage_bench",
     "codec": "bench.codec_bench",
+    "kafka-protocol": "bench.kafka_protocol_bench",
 }
 SCENARIOS = ["kafka", "peers", "stored-data", *AREAS]
 

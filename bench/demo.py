@@ -19,6 +19,7 @@ import argparse
 import logging
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 
@@ -157,10 +158,25 @@ def main() -> None:
         for info in admin.describe_partitions(TOPIC):
             print(f"     partition {info['partition']}: offsets [{info['log_start_offset']}, "
                   f"{info['log_end_offset']}) {info['size_bytes'] / 1e6:.1f} MB in {info['segments']} segment(s)")
+        kafka_clients(cluster.bootstrap_servers)
         print(f"demo done in {time.monotonic() - began:.0f}s")
     finally:
         ray.shutdown()
         shutil.rmtree(data_root, ignore_errors=True)
+
+
+def kafka_clients(bootstrap: str) -> None:
+    """Step 6: the topic through Kafka's wire protocol, as any Kafka client or tool reads it."""
+    line = ["kcat", "-b", bootstrap, "-C", "-t", TOPIC, "-o", "beginning", "-e"]
+    print(f"6. Kafka clients reach raylog at {bootstrap}; read the demo topic with:  {' '.join(line)}")
+    kcat = shutil.which("kcat")
+    if kcat is None:
+        print("     (kcat is not installed here: `apt-get install kcat`)")
+        return
+    done = subprocess.run([kcat, *line[1:], "-c", "3", "-f", "%p/%o %k: %s\n"], capture_output=True, text=True,
+                          timeout=120)
+    for row in (done.stdout.splitlines() if done.returncode == 0 else [done.stderr.strip()]):
+        print(f"     {row[:100]}")
 
 
 if __name__ == "__main__":

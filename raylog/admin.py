@@ -186,8 +186,10 @@ class AdminClient:
         ``node_id`` (raylog's, stable across restarts), ``state`` (``alive``; ``registered``: running,
         replicas still starting; ``missing``: not running, for ``missing_ms``, ``lost`` past
         node_lost_timeout_ms), ``ray_node_id`` this session, ``host``, ``data_dir``, ``draining``, and
-        its ``replicas``, ``leaders`` and ``preferred_leaders``."""
-        return self._call(self._controller.describe_cluster.remote())
+        its ``replicas``, ``leaders`` and ``preferred_leaders``; and ``bootstrap_servers``, where Kafka
+        clients reach the cluster ("" with the listener off)."""
+        return {**self._call(self._controller.describe_cluster.remote()),
+                "bootstrap_servers": self._cluster.bootstrap_servers}
 
     def drain_node(self, node_id: int, cancel: bool = False) -> dict:
         """Kafka's controlled shutdown, before stopping a node: leadership moves off it and its
@@ -436,6 +438,25 @@ class AdminClient:
                                          f"for the high watermark), got {offset!r}")
         starts = self._call([md.leader(tp.topic, tp.partition).delete_records.remote(before[tp]) for tp in tps])
         return dict(zip(tps, starts))
+
+    # --- Kafka listener users ------------------------------------------------------------------
+
+    def create_user(self, name: str, password: str) -> None:
+        """Add a user of the Kafka listener's SASL (PLAIN, SCRAM-SHA-256/512), or change its
+        password. Only its SCRAM credentials, computed here, reach the controller."""
+        from raylog.kafka.sasl import credentials
+
+        if not isinstance(password, str) or not password:
+            raise InvalidConfigError("a user's password is a non-empty string")
+        self._call(self._controller.set_user.remote(name, credentials(password)))
+
+    def delete_user(self, name: str) -> None:
+        """Remove a user (UnknownUserError if there is none); its connections already open stay."""
+        self._call(self._controller.delete_user.remote(name))
+
+    def list_users(self) -> list[dict]:
+        """Every user: {"name", "mechanisms", "iterations"}."""
+        return self._call(self._controller.list_users.remote())
 
     # --- consumer groups ----------------------------------------------------------------------
 

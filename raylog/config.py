@@ -286,6 +286,23 @@ def default_min_insync_replicas(replication_factor: int) -> int:
     return 2 if replication_factor >= 3 else 1
 
 
+def listener_address(text: str, sasl: bool = False) -> tuple[str, int]:
+    """(host, port) of a kafka_listener setting; InvalidConfigError for a host that is not loopback
+    unless ``sasl`` (every connection must then log in)."""
+    import ipaddress
+
+    host, sep, port = text.rpartition(":")
+    host = host.strip("[]")
+    _check(bool(sep) and port.isdigit() and 0 < int(port) < 65536, f"kafka_listener {text!r} is not host:port")
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    _check(loopback or sasl, f"kafka_listener {text!r}: a listener on a network address needs SASL "
+                             "(kafka_listener_sasl=True and users from `raylog users add`), or a loopback address")
+    return host, int(port)
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterConfig:
     """Where raylog keeps its actors and data on a Ray cluster, and the controller's settings
@@ -364,6 +381,19 @@ class ClusterConfig:
     client that allows it (Kafka's default); False: never; None (raylog's default): only clients
     that set allow_auto_create_topics=True explicitly, so a mistyped topic name in a program that
     never asked for auto-creation fails with UnknownTopicOrPartitionError instead of creating it."""
+    kafka_listener: str = "127.0.0.1:9092"
+    """host:port where Kafka clients reach raylog (Kafka's wire protocol, docs/kafka-protocol.md),
+    served from the head node; the next free port if that one is taken (Cluster.bootstrap_servers
+    says which). "" turns it off. A network address (not loopback) needs kafka_listener_sasl."""
+    kafka_listener_sasl: bool = False
+    """Every connection to the listener logs in (SASL PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512) as a
+    user added with `raylog users add`. Without it only processes of the cluster's own uid may
+    connect, on loopback."""
+    kafka_listener_tls_cert: str = ""
+    """PEM certificate (chain) of the listener; with kafka_listener_tls_key, clients connect over
+    TLS (security.protocol SSL, or SASL_SSL with kafka_listener_sasl)."""
+    kafka_listener_tls_key: str = ""
+    """PEM private key of kafka_listener_tls_cert."""
     num_partitions: int = 1
     """Partitions of an auto-created topic. Kafka: 1."""
     default_replication_factor: int = 1
@@ -391,6 +421,13 @@ class ClusterConfig:
                f"auto_create_topics_enable must be None or a bool, got {self.auto_create_topics_enable!r}")
         _check_int(self, "num_partitions", 1)
         _check_int(self, "default_replication_factor", 1)
+        _check(isinstance(self.kafka_listener, str), "kafka_listener must be a 'host:port' string or ''")
+        _check(isinstance(self.kafka_listener_sasl, bool), "kafka_listener_sasl must be a bool")
+        _check(isinstance(self.kafka_listener_tls_cert, str) and isinstance(self.kafka_listener_tls_key, str)
+               and bool(self.kafka_listener_tls_cert) == bool(self.kafka_listener_tls_key),
+               "kafka_listener_tls_cert and kafka_listener_tls_key are paths, given both or neither")
+        if self.kafka_listener:
+            listener_address(self.kafka_listener, self.kafka_listener_sasl)
         _check(self.replica_session_timeout_ms >= 2 * self.replica_heartbeat_interval_ms,
                f"replica_session_timeout_ms ({self.replica_session_timeout_ms}) must be at least twice "
                f"replica_heartbeat_interval_ms ({self.replica_heartbeat_interval_ms})")

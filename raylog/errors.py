@@ -128,6 +128,10 @@ class InvalidGroupIdError(RaylogError):
     """A group id that is empty or not a string."""
 
 
+class UnknownUserError(RaylogError):
+    """A Kafka listener user (``raylog users``) that does not exist."""
+
+
 class InvalidRequestError(RaylogError):
     """A request to a raylog actor with arguments of the wrong type or out of range (a caller that went
     past the clients, or a client bug); nothing was changed (Kafka's INVALID_REQUEST)."""

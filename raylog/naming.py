@@ -11,6 +11,7 @@ MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
 
 CONTROLLER_ACTOR_NAME = "raylog-controller"
+KAFKA_LISTENER_ACTOR_NAME = "raylog-kafka-listener"
 
 
 def validate_topic_name(name: object) -> str:

@@ -188,6 +188,19 @@ def _nodes_parser(sub) -> None:
     nodes.set_defaults(func=cmd_nodes)
 
 
+def _users_parser(sub) -> None:
+    from raylog.cli.admin_commands import cmd_users
+
+    users = sub.add_parser("users", help="users of the Kafka listener's SASL (PLAIN, SCRAM-SHA-256/512)")
+    usub = users.add_subparsers(dest="action", required=True)
+    add = usub.add_parser("add", help="add a user, or change its password (asked on the terminal)")
+    add.add_argument("name")
+    add.add_argument("--password-stdin", action="store_true", help="read the password from stdin's first line")
+    usub.add_parser("delete").add_argument("name")
+    usub.add_parser("list").add_argument("--json", action="store_true")
+    users.set_defaults(func=cmd_users)
+
+
 def _top_parser(sub) -> None:
     from raylog.cli.top import cmd_top
 
@@ -203,7 +216,7 @@ def _top_parser(sub) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="raylog", description="raylog's command line: topics, configs, groups, "
-                                                                "nodes, produce, consume, top")
+                                                                "nodes, users, produce, consume, top")
     parser.add_argument("--address", default=os.environ.get("RAY_ADDRESS") or "auto",
                         help="Ray cluster address (default: RAY_ADDRESS, else auto: the cluster started on this machine)")
     parser.add_argument("--namespace", default="raylog")
@@ -213,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="show Ray's own messages (connection, raylet warnings, workers' output) on stderr")
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (_topics_parser, _configs_parser, _partitions_parser, _groups_parser, _nodes_parser,
-                _produce_parser, _consume_parser, _top_parser):
+                _users_parser, _produce_parser, _consume_parser, _top_parser):
         add(sub)
     return parser
 

@@ -143,7 +143,8 @@ def cmd_nodes(args) -> int:
         if args.json:
             emit_json(cluster)
         else:
-            print(f"cluster {cluster['cluster_id']}, controller on node {cluster['controller']['node_id']}")
+            kafka = f", Kafka clients at {cluster['bootstrap_servers']}" if cluster.get("bootstrap_servers") else ""
+            print(f"cluster {cluster['cluster_id']}, controller on node {cluster['controller']['node_id']}{kafka}")
             print(table(NODE_COLUMNS, node_rows(cluster)))
     elif args.action == "drain":
         result = admin.drain_node(args.node, cancel=args.cancel)
@@ -159,6 +160,29 @@ def cmd_nodes(args) -> int:
                   f"({', '.join(f'{t}-{p}' for t, p in result['blocked'][:10])}): stopping it takes them offline "
                   "until it is back")
         return 0 if stoppable else 2
+    return 0
+
+
+def cmd_users(args) -> int:
+    import getpass
+    import sys
+
+    admin = connect(args).admin()
+    if args.action == "add":
+        password = sys.stdin.readline().rstrip("\n") if args.password_stdin else getpass.getpass(
+            f"password for {args.name}: ")
+        admin.create_user(args.name, password)
+        print(f"user {args.name} can log in to the Kafka listener (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)")
+    elif args.action == "delete":
+        admin.delete_user(args.name)
+        print(f"user {args.name} deleted")
+    else:
+        users = admin.list_users()
+        if args.json:
+            emit_json(users)
+        else:
+            print(table(["user", "mechanisms", "iterations"],
+                        [[u["name"], ", ".join(u["mechanisms"]), u["iterations"]] for u in users]))
     return 0
 
 

@@ -102,7 +102,9 @@ def render(sample: Sample, rates: dict, interval_s: float, hint: str = "") -> li
     stamp = time.strftime("%H:%M:%S", time.localtime(sample.wall))
     lines = [f"raylog top  {stamp}  every {interval_s:g}s  topics {len(sample.partitions)}  partitions {len(rows)}  "
              f"under-replicated {urp}  offline {offline}  produce "
-             f"{'-' if total_rate is None else _rate_text(total_rate)} rec/s{hint}", ""]
+             f"{'-' if total_rate is None else _rate_text(total_rate)} rec/s"
+             f"{'  kafka ' + sample.cluster['bootstrap_servers'] if sample.cluster.get('bootstrap_servers') else ''}"
+             f"{hint}", ""]
     if sample.cluster:
         lines += table(NODE_COLUMNS, node_rows(sample.cluster)).splitlines() + [""]
     lines += table(["TOPIC", "PART", "LEADER", "REPLICAS", "ISR", "STATE", "LOG-END", "HW", "REC/S"],

@@ -374,6 +374,7 @@ def test_top_once_shows_partitions_rates_and_group_lag(cluster, capsys, monkeypa
     assert code == 0
     lines = out.splitlines()
     assert lines[0].startswith("raylog top") and "partitions 2" in lines[0] and "under-replicated 0" in lines[0]
+    assert f"kafka {cluster.bootstrap_servers}" in lines[0]  # where Kafka clients connect
     rows = {line.split()[1]: line.split() for line in lines if line.startswith(topic + " ")}
     assert rows["0"][-3:-1] == ["30", "30"] and rows["1"][-3:-1] == ["0", "0"]  # log end, high watermark
     group_row = next(line.split() for line in lines if line.startswith("cli-top-g"))

@@ -141,6 +141,33 @@ def test_format_raylog_reads_what_was_produced_with_the_kafka_schema(cluster, sp
     assert [r[:6] for r in rows(without)] == [r[:6] for r in expected]
 
 
+def test_records_kafka_clients_produce_through_the_listener_read_the_same_through_spark(cluster, spark):
+    """Issue 34: what kafka-python and librdkafka send over Kafka's wire protocol is stored as raylog
+    batches, so Spark's format("raylog") reads it exactly as raylog's own consumer does."""
+    import confluent_kafka
+    from kafka import KafkaProducer
+
+    topic = fresh_topic(cluster, 2)
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers, acks="all", compression_type="gzip")
+    for i in range(100):
+        producer.send(topic, key=None if i % 7 == 0 else b"k%d" % i, value=b"kp-%d" % i, partition=i % 2,
+                      headers=[("via", b"kafka-python")] if i % 2 else [], timestamp_ms=NOW - i)
+    producer.flush()
+    producer.close()
+    librdkafka = confluent_kafka.Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                                           "compression.type": "zstd", "enable.idempotence": True})
+    for i in range(100):
+        librdkafka.produce(topic, key=b"c%d" % i, value=None if i % 9 == 0 else b"ck-%d" % i, partition=i % 2,
+                           headers=[("via", b"librdkafka")], timestamp=NOW - 1000 - i)
+    assert librdkafka.flush(60) == 0
+    expected = as_rows(read_everything(cluster, topic, 200))
+    assert rows(load(spark, topic, includeHeaders="true")) == expected
+    sent = [b"kp-%d" % i for i in range(100)] + [b"ck-%d" % i for i in range(100) if i % 9]
+    assert sorted(r[3] for r in expected if r[3] is not None) == sorted(sent)
+    assert sum(1 for r in expected if r[3] is None) == 12  # the null values librdkafka sent
+    assert {r[4] // 1000 for r in expected} == {NOW - i for i in range(100)} | {NOW - 1000 - i for i in range(100)}
+
+
 @pytest.fixture(scope="module")
 def uneven(cluster):
     """3 partitions of 10, 20 and 30 records (record i of partition p: key "p:i", value "v:p:i")."""

@@ -219,9 +219,10 @@ def simulated_cluster(data_root: str, workers: int | list[str] = 3, cluster_conf
 
 def harness_config(cluster_config: dict | None) -> dict:
     """A simulated cluster's controller starts on the first request and makes __consumer_offsets
-    when a group first asks (unless a test says otherwise): its tests place, count and kill
-    replicas node by node, and one the harness made unasked would be among them."""
-    return {"offsets_topic_eager": False, **(cluster_config or {})}
+    when a group first asks, and it runs no Kafka listener (unless a test says otherwise): its tests
+    place, count and kill replicas and actors node by node, and one the harness made unasked would
+    be among them."""
+    return {"offsets_topic_eager": False, "kafka_listener": "", **(cluster_config or {})}
 
 
 def _stop(out: SimulatedCluster) -> None:

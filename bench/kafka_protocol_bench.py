@@ -1,0 +1,184 @@
+"""Kafka's wire protocol: confluent-kafka (librdkafka) through raylog's listener, beside raylog's
+own client in the same run and Kafka's published figures.
+
+Rows, 100-byte records (random uppercase letters, as Kafka's ProducerPerformance fills them),
+RF=1, on a local Ray, each the median of --runs runs:
+
+- confluent-kafka producer through the listener: acks=all, lz4, linger.ms=5, then flush
+- confluent-kafka consumer through the listener, assign() from offset 0 to the end
+- end-to-end latency p50/p99 in ms: one record produced, consumed, the next (--latency-samples)
+- raylog's producer (``send_batch``, acks=all, lz4) and consumer (``poll_batch``) on the same
+  records: the native rate each listener row is given as a ratio of
+- Kafka's published single-producer (821,557 records/s) and single-consumer (940,521 records/s)
+  figures (Jay Kreps, "Benchmarking Apache Kafka", 2014), for scale
+
+    python -m bench kafka-protocol [--records 300000] [--partitions 2] [--runs 3]
+
+Results go to bench/results/kafka_protocol.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from bench.client_bench import make_values
+
+KAFKA_PRODUCER = 821_557
+KAFKA_CONSUMER = 940_521
+RESULTS = Path(__file__).parent / "results" / "kafka_protocol.json"
+
+
+def produce_confluent(bootstrap: str, topic: str, values: list[bytes], partitions: int) -> float:
+    import confluent_kafka
+
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "compression.type": "lz4",
+                                         "linger.ms": 5, "batch.size": 1_000_000,
+                                         "queue.buffering.max.messages": 2_000_000})
+    failed = []
+    started = time.perf_counter()
+    for i, value in enumerate(values):
+        while True:
+            try:
+                producer.produce(topic, value, partition=i % partitions,
+                                 on_delivery=lambda err, _m: err and failed.append(err))
+                break
+            except BufferError:
+                producer.poll(0.01)
+    left = producer.flush(120)
+    elapsed = time.perf_counter() - started
+    if left or failed:
+        raise RuntimeError(f"confluent-kafka: {left} records undelivered, errors {failed[:3]}")
+    return len(values) / elapsed
+
+
+def consume_confluent(bootstrap: str, topic: str, count: int, partitions: int) -> float:
+    import confluent_kafka
+
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
+                                         "enable.auto.commit": False, "fetch.max.bytes": 52_428_800,
+                                         "max.partition.fetch.bytes": 8_388_608})
+    consumer.assign([confluent_kafka.TopicPartition(topic, p, 0) for p in range(partitions)])
+    got = 0
+    started = time.perf_counter()
+    try:
+        while got < count:
+            got += sum(1 for m in consumer.consume(10_000, 1.0) if m.error() is None)
+        return got / (time.perf_counter() - started)
+    finally:
+        consumer.close()
+
+
+def latency_confluent(bootstrap: str, topic: str, samples: int) -> tuple[float, float]:
+    import confluent_kafka
+
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": f"lat-{uuid.uuid4().hex}",
+                                         "enable.auto.commit": False, "fetch.wait.max.ms": 100})
+    consumer.assign([confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_END)])
+    times = []
+    try:
+        for i in range(samples):
+            started = time.perf_counter()
+            producer.produce(topic, b"%d" % i, partition=0)
+            producer.poll(0)
+            while True:
+                msgs = [m for m in consumer.consume(1, 5.0) if m.error() is None]
+                if msgs and msgs[-1].value() == b"%d" % i:
+                    break
+            times.append((time.perf_counter() - started) * 1000)
+    finally:
+        producer.flush(30)
+        consumer.close()
+    times.sort()
+    return times[len(times) // 2], times[int(len(times) * 0.99) - 1]
+
+
+def native_rates(cluster, topic: str, values: list[bytes], partitions: int) -> tuple[float, float]:
+    from raylog.records import TopicPartition
+
+    producer = cluster.producer(acks="all", compression_type="lz4")
+    per = len(values) // partitions
+    started = time.perf_counter()
+    for p in range(partitions):
+        producer.send_batch(topic, values[p * per:(p + 1) * per], partition=p)
+    producer.flush()
+    produce = partitions * per / (time.perf_counter() - started)
+    producer.close()
+    consumer = cluster.consumer(auto_offset_reset="earliest")
+    consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+    got = 0
+    started = time.perf_counter()
+    while got < partitions * per:
+        got += sum(len(b) for b in consumer.poll_batch(timeout_ms=1000))
+    consume = got / (time.perf_counter() - started)
+    consumer.close()
+    return produce, consume
+
+
+def run(records: int, partitions: int, runs: int, latency_samples: int) -> dict:
+    import ray
+
+    import raylog
+
+    values = make_values(records)
+    data_root = tempfile.mkdtemp(prefix="raylog-kafka-bench-")
+    cluster = raylog.connect("local", data_root=data_root, num_cpus=2, include_dashboard=False)
+    bootstrap = cluster.bootstrap_servers
+    admin = cluster.admin()
+    rows: dict[str, list[float]] = {"listener_produce": [], "listener_consume": [], "native_produce": [],
+                                    "native_consume": []}
+    try:
+        for run_index in range(runs):
+            wire, native = f"wire-{run_index}", f"native-{run_index}"
+            admin.create_topic(wire, partitions)
+            admin.create_topic(native, partitions)
+            rows["listener_produce"].append(produce_confluent(bootstrap, wire, values, partitions))
+            rows["listener_consume"].append(consume_confluent(bootstrap, wire, records, partitions))
+            produce, consume = native_rates(cluster, native, values, partitions)
+            rows["native_produce"].append(produce)
+            rows["native_consume"].append(consume)
+            print(f"run {run_index + 1}: " + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in rows.items()), flush=True)
+        admin.create_topic("latency", 1)
+        p50, p99 = latency_confluent(bootstrap, "latency", latency_samples)
+    finally:
+        ray.shutdown()
+    med = {k: statistics.median(v) for k, v in rows.items()}
+    result = {
+        "records": records, "partitions": partitions, "runs": runs, "bootstrap": bootstrap,
+        "median_records_per_s": med, "all_runs": rows,
+        "producer_vs_native": med["listener_produce"] / med["native_produce"],
+        "consumer_vs_native": med["listener_consume"] / med["native_consume"],
+        "producer_vs_kafka_published": med["listener_produce"] / KAFKA_PRODUCER,
+        "consumer_vs_kafka_published": med["listener_consume"] / KAFKA_CONSUMER,
+        "e2e_latency_ms": {"p50": p50, "p99": p99, "samples": latency_samples},
+    }
+    print(f"confluent-kafka producer via the listener: {med['listener_produce']:>12,.0f} records/s "
+          f"({result['producer_vs_native']:.2f}x raylog's producer {med['native_produce']:,.0f}; "
+          f"{result['producer_vs_kafka_published']:.2f}x Kafka's published {KAFKA_PRODUCER:,})")
+    print(f"confluent-kafka consumer via the listener: {med['listener_consume']:>12,.0f} records/s "
+          f"({result['consumer_vs_native']:.2f}x raylog's consumer {med['native_consume']:,.0f}; "
+          f"{result['consumer_vs_kafka_published']:.2f}x Kafka's published {KAFKA_CONSUMER:,})")
+    print(f"end-to-end latency through the listener: p50 {p50:.2f} ms, p99 {p99:.2f} ms ({latency_samples} samples)")
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench kafka-protocol", description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=300_000)
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--latency-samples", type=int, default=2000)
+    args = parser.parse_args(argv)
+    result = run(args.records, args.partitions, args.runs, args.latency_samples)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

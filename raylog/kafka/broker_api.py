@@ -1,0 +1,571 @@
+"""The Kafka APIs a listener serves, answered with raylog's own client and replica calls.
+
+One BrokerApi per listener. Requests arrive as kio entities (raylog/kafka/frames.py) and are
+answered as kio entities of the version the client asked for: ``_make`` fills the fields that
+version has from one set of values, so one handler serves every version of an API.
+
+Produce converts each Kafka batch into a raylog batch (raylog/kafka/record_batch.py) and appends
+it through the partition leader's actor with the client's acks; Fetch reads the leader's batches
+and converts them back. A listener answers for every partition: Metadata names it leader of
+each, and it forwards to the leader replica's actor wherever it runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import datetime
+import logging
+import random
+import time
+from typing import Callable
+
+from kio.schema.errors import ErrorCode
+
+from raylog import errors, ray_calls
+from raylog.kafka import frames
+from raylog.kafka import record_batch as kafka_batches
+from raylog.kafka.classic_groups import ClassicGroups
+from raylog.kafka.error_codes import error_code
+from raylog.metadata import TopicInfo
+from raylog.naming import INTERNAL_TOPICS
+
+logger = logging.getLogger(__name__)
+
+NO_THROTTLE = datetime.timedelta(0)
+EARLIEST, LATEST = -2, -1
+MAX_WAIT_MS = 30_000
+"""A fetch's max_wait is capped here (Kafka's clients ask 500 ms; kcat 100 ms)."""
+_CLIENT: contextvars.ContextVar[tuple[str, str]] = contextvars.ContextVar("kafka_client", default=("", ""))
+"""(client id, host) of the request being answered: each connection is its own asyncio task."""
+TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+"""Kafka's config resource types."""
+DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5
+"""Kafka's config sources."""
+SET, DELETE = 0, 1
+"""IncrementalAlterConfigs' operations (APPEND 2 and SUBTRACT 3 are for list configs)."""
+METADATA_MAX_AGE_S = 1.0
+"""A partition's leader is looked up again after this long, or at once after a leadership error."""
+
+
+_item, _make = frames.item_type, frames.make
+
+
+class BrokerApi:
+    """Answers one request at a time per call; calls run concurrently on the listener's loop.
+    ``cluster`` is a raylog Cluster; ``node_id``, ``host`` and ``port`` are this listener's."""
+
+    def __init__(self, cluster, node_id: int, host: str, port: int):
+        self.cluster = cluster
+        self.node_id, self.host, self.port = node_id, host, port
+        self._cluster_id: str | None = None
+        self.groups = ClassicGroups()
+        self._handlers: dict[int, Callable] = {
+            0: self.produce, 1: self.fetch, 2: self.list_offsets, 3: self.metadata, 8: self.offset_commit,
+            9: self.offset_fetch, 10: self.find_coordinator, 11: self.join_group, 12: self.heartbeat,
+            13: self.leave_group, 14: self.sync_group, 15: self.describe_groups, 16: self.list_groups,
+            18: self.api_versions, 19: self.create_topics, 20: self.delete_topics, 21: self.delete_records,
+            22: self.init_producer_id, 23: self.offset_for_leader_epoch, 32: self.describe_configs,
+            33: self.alter_configs, 37: self.create_partitions, 42: self.delete_groups,
+            44: self.incremental_alter_configs, 60: self.describe_cluster,
+        }
+
+    async def handle(self, request: frames.Request, client_host: str = ""):
+        """The response entity for ``request``, or None where Kafka sends none (acks=0)."""
+        cls = frames.response_class(request.api_key, request.api_version)
+        _CLIENT.set((request.client_id or "", client_host))
+        return await self._handlers[request.api_key](request.body, cls)
+
+    async def user_credentials(self, name: str) -> dict | None:
+        """A Kafka listener user's stored SCRAM credentials (for SASL logins), None if no such user."""
+        return await self.cluster.controller.user_credentials.remote(name)
+
+    async def expire_members_forever(self, interval_s: float = 0.5) -> None:
+        """Remove classic-group members silent past their session timeout (the listener runs it)."""
+        while True:
+            await asyncio.sleep(interval_s)
+            for group, member in self.groups.expire():
+                logger.info("event=classic_member_expired group=%s member=%s", group, member)
+
+    # --- metadata ----------------------------------------------------------------------------
+
+    async def _cluster_id_now(self) -> str:
+        # The controller's own answer: the admin client's adds this listener's address, asked of itself.
+        return (await self.cluster.controller.describe_cluster.remote())["cluster_id"]
+
+    async def _topic(self, name: str, fresh: bool = False) -> TopicInfo:
+        return await asyncio.to_thread(self.cluster.metadata.topic, name, 0.0 if fresh else METADATA_MAX_AGE_S)
+
+    async def api_versions(self, body, cls):
+        return _make(cls, error_code=ErrorCode.none, api_keys=frames.api_keys(cls), throttle_time=NO_THROTTLE,
+                     supported_features=(), finalized_features_epoch=-1, finalized_features=(),
+                     zk_migration_ready=False)
+
+    async def metadata(self, body, cls):
+        admin = self.cluster.admin()
+        if self._cluster_id is None:
+            self._cluster_id = await self._cluster_id_now()
+        if body.topics is None or (cls.__version__ == 0 and not body.topics):  # v0: empty means all
+            names = await asyncio.to_thread(admin.list_topics)
+        else:
+            names = [t.name for t in body.topics]
+        # Kafka clients send allow_auto_topic_creation=True unless told otherwise, so a wire client's
+        # True is not an explicit ask: it creates a topic only where the cluster says any client may.
+        asked = None if getattr(body, "allow_auto_topic_creation", True) else False
+        create = self.cluster.auto_creator(asked)
+        topic_cls, part_cls = _item(cls, "topics"), _item(_item(cls, "topics"), "partitions")
+        topics = []
+        for name in names:
+            try:
+                info = await asyncio.to_thread(self.cluster.metadata.topic, name, 0.0, create)
+            except errors.RaylogError as exc:
+                topics.append(_make(topic_cls, error_code=error_code(exc), name=name, topic_id=None,
+                                    is_internal=False, partitions=(), topic_authorized_operations=-2147483648))
+                continue
+            topics.append(self._topic_entity(topic_cls, part_cls, info))
+        broker_cls = _item(cls, "brokers")
+        brokers = (_make(broker_cls, node_id=self.node_id, host=self.host, port=self.port, rack=None),)
+        return _make(cls, throttle_time=NO_THROTTLE, brokers=brokers, cluster_id=self._cluster_id,
+                     controller_id=self.node_id, topics=tuple(topics))
+
+    def _topic_entity(self, topic_cls, part_cls, info: TopicInfo):
+        desc = info.description
+        parts = []
+        for p in desc.partitions:
+            node_of = {r.replica_id: r.node_id for r in p.replicas}
+            offline = p.leader is None
+            parts.append(_make(
+                part_cls, error_code=ErrorCode.leader_not_available if offline else ErrorCode.none,
+                partition_index=p.partition, leader_id=-1 if offline else self.node_id,
+                leader_epoch=p.leader_epoch, replica_nodes=tuple(r.node_id for r in p.replicas),
+                isr_nodes=tuple(node_of[r] for r in p.isr if r in node_of), offline_replicas=()))
+        return _make(topic_cls, error_code=ErrorCode.none, name=desc.name, topic_id=None,
+                     is_internal=desc.internal or desc.name in INTERNAL_TOPICS, partitions=tuple(parts),
+                     topic_authorized_operations=-2147483648)
+
+    async def _leader(self, topic: str, partition: int):
+        info = await self._topic(topic)
+        if not 0 <= partition < info.num_partitions:
+            raise errors.UnknownTopicOrPartitionError(f"{topic} has no partition {partition}")
+        leader = info.leaders[partition]
+        if leader is None:
+            raise errors.LeaderNotAvailableError(f"{topic}-{partition} has no leader now")
+        return leader
+
+    def _forget(self, topic: str, exc: BaseException) -> None:
+        if isinstance(exc, errors.RaylogError) and exc.retriable or isinstance(exc, errors.ActorCallError):
+            self.cluster.metadata.invalidate(topic)
+
+    # --- produce -----------------------------------------------------------------------------
+
+    async def init_producer_id(self, body, cls):
+        if body.transactional_id is not None:
+            # raylog has no transactions: Kafka's own answer for a broker that has none configured.
+            return _make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.transactional_id_authorization_failed,
+                         producer_id=-1, producer_epoch=-1)
+        return _make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+                     producer_id=random.getrandbits(62), producer_epoch=0)
+
+    async def produce(self, body, cls):
+        topic_cls = _item(cls, "responses")
+        part_cls = _item(topic_cls, "partition_responses")
+        if body.transactional_id is not None:
+            code = ErrorCode.transactional_id_authorization_failed
+            return _make(cls, throttle_time=NO_THROTTLE, responses=tuple(
+                _make(topic_cls, name=t.name, partition_responses=tuple(
+                    self._produced(part_cls, p.index, code) for p in t.partition_data)) for t in body.topic_data))
+        acks = body.acks
+        timeout_ms = int(body.timeout.total_seconds() * 1000)
+        jobs = [(t.name, p.index, self._produce_one(t.name, p.index, p.records, acks, timeout_ms))
+                for t in body.topic_data for p in t.partition_data]
+        results = await asyncio.gather(*(job for _, _, job in jobs))
+        if acks == 0:
+            return None
+        by_topic: dict[str, list] = {}
+        for (name, index, _), (code, base, log_start, message) in zip(jobs, results):
+            by_topic.setdefault(name, []).append(self._produced(part_cls, index, code, base, log_start, message))
+        return _make(cls, throttle_time=NO_THROTTLE, responses=tuple(
+            _make(topic_cls, name=name, partition_responses=tuple(parts)) for name, parts in by_topic.items()))
+
+    @staticmethod
+    def _produced(part_cls, index: int, code: ErrorCode, base: int = -1, log_start: int = -1,
+                  message: str | None = None):
+        return _make(part_cls, index=index, error_code=code, base_offset=base, log_append_time=None,
+                     log_start_offset=log_start, record_errors=(), error_message=message)
+
+    async def _produce_one(self, topic: str, partition: int, records, acks: int, timeout_ms: int):
+        """(error code, base offset, log start offset, error message) of one partition's batch."""
+        if acks not in (-1, 0, 1):
+            return ErrorCode.invalid_required_acks, -1, -1, f"acks {acks} is not -1, 0 or 1"
+        try:
+            if records is None:
+                raise errors.CorruptRecordError("a produce request's records are null")
+            info = await self._topic(topic)
+            batches = kafka_batches.decode(records, info.max_message_bytes)
+            if len(batches) != 1:
+                raise errors.CorruptRecordError(f"a produce request carries {len(batches)} batches for one "
+                                                "partition; Kafka's v2 format takes exactly one")
+            converted = kafka_batches.to_raylog(batches[0])
+            leader = await self._leader(topic, partition)
+            response = await leader.produce.remote(converted, acks, None, max(timeout_ms, 1))
+            return ErrorCode.none, response[0], response[3], None
+        except Exception as exc:  # noqa: BLE001 - every failure is the partition's error code
+            return self._failure(topic, exc)
+
+    def _failure(self, topic: str, exc: BaseException) -> tuple:
+        exc = ray_calls.translate(exc)
+        self._forget(topic, exc)
+        if not isinstance(exc, errors.RaylogError):
+            logger.warning("kafka listener: %s failed: %r", topic, exc)
+        return error_code(exc), -1, -1, str(exc)[:500]
+
+    # --- fetch -------------------------------------------------------------------------------
+
+    async def fetch(self, body, cls):
+        topic_cls = _item(cls, "responses")
+        part_cls = _item(topic_cls, "partitions")
+        wanted = [(t.topic, p) for t in body.topics for p in t.partitions]
+        max_wait_ms = min(int(body.max_wait.total_seconds() * 1000), MAX_WAIT_MS)
+        deadline = time.monotonic() + max_wait_ms / 1000
+        limit = getattr(body, "max_bytes", 0) or 2**31 - 1
+        while True:
+            answers = await asyncio.gather(*(self._fetch_one(t, p, 0) for t, p in wanted))
+            total = sum(len(a[4]) for a in answers)
+            remaining = deadline - time.monotonic()
+            if total >= max(body.min_bytes, 1) or remaining <= 0 or not wanted:
+                break
+            # Park on every partition's leader at once; the first with data ends the wait.
+            waits = [asyncio.ensure_future(self._fetch_one(t, p, int(remaining * 1000))) for t, p in wanted]
+            done, pending = await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            for task in pending:
+                task.cancel()
+            if not any(len(task.result()[4]) or task.result()[0] != ErrorCode.none for task in done):
+                break
+        by_topic: dict[str, list] = {}
+        used = 0
+        for (topic, p), (code, hw, log_start, _end, records) in zip(wanted, answers):
+            if used and used + len(records) > limit:
+                records = b""  # Kafka's max_bytes: past the first data, what does not fit waits
+            used += len(records)
+            by_topic.setdefault(topic, []).append(_make(
+                part_cls, partition_index=p.partition, error_code=code, high_watermark=hw, last_stable_offset=hw,
+                log_start_offset=log_start, aborted_transactions=(), preferred_read_replica=-1,
+                records=records))
+        return _make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, session_id=0, responses=tuple(
+            _make(topic_cls, topic=topic, partitions=tuple(parts)) for topic, parts in by_topic.items()))
+
+    async def _fetch_one(self, topic: str, p, max_wait_ms: int) -> tuple:
+        """(error code, high watermark, log start, log end, Kafka batches) of one partition."""
+        try:
+            leader = await self._leader(topic, p.partition)
+            epoch = getattr(p, "current_leader_epoch", -1)
+            data, hw, log_start, log_end = await leader.fetch.remote(
+                p.fetch_offset, max(p.partition_max_bytes, 1), max_wait_ms, 1, -1, epoch)
+            return ErrorCode.none, hw, log_start, log_end, kafka_batches.from_raylog_log(data)
+        except Exception as exc:  # noqa: BLE001 - every failure is the partition's error code
+            code = self._failure(topic, exc)[0]
+            return code, -1, -1, -1, b""
+
+    # --- offsets -----------------------------------------------------------------------------
+
+    async def list_offsets(self, body, cls):
+        topic_cls = _item(cls, "topics")
+        part_cls = _item(topic_cls, "partitions")
+        topics = []
+        for t in body.topics:
+            parts = await asyncio.gather(*(self._list_one(t.name, p, part_cls) for p in t.partitions))
+            topics.append(_make(topic_cls, name=t.name, partitions=tuple(parts)))
+        return _make(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+    async def _list_one(self, topic: str, p, part_cls):
+        try:
+            leader = await self._leader(topic, p.partition_index)
+            offset, found_ts, epoch = await leader.list_offsets.remote(p.timestamp)
+            code = ErrorCode.none
+        except Exception as exc:  # noqa: BLE001 - every failure is the partition's error code
+            code, offset, found_ts, epoch = self._failure(topic, exc)[0], -1, -1, -1
+        return _make(part_cls, partition_index=p.partition_index, error_code=code, timestamp=found_ts,
+                     offset=offset, leader_epoch=epoch)
+
+
+    # --- groups (Kafka's classic protocol) ---------------------------------------------------
+
+    async def find_coordinator(self, body, cls):
+        keys = getattr(body, "coordinator_keys", None)
+        key_type = getattr(body, "key_type", 0)
+        # Transactions (key type 1) are refused as Kafka refuses a transactional id the client may
+        # not use: at once and for good, not with a retriable code the client would wait out.
+        code = ErrorCode.none if key_type == 0 else ErrorCode.transactional_id_authorization_failed
+        message = None if key_type == 0 else "raylog has no transactions"
+        here = dict(node_id=self.node_id if code == ErrorCode.none else -1, host=self.host if code == ErrorCode.none else "",
+                    port=self.port if code == ErrorCode.none else -1, error_code=code, error_message=message)
+        if keys is not None:
+            entry = _item(cls, "coordinators")
+            return _make(cls, throttle_time=NO_THROTTLE, coordinators=tuple(_make(entry, key=k, **here) for k in keys))
+        return _make(cls, throttle_time=NO_THROTTLE, **here)
+
+    async def join_group(self, body, cls):
+        session_ms = int(body.session_timeout.total_seconds() * 1000)
+        rebalance = getattr(body, "rebalance_timeout", None)
+        rebalance_ms = session_ms if rebalance is None else int(rebalance.total_seconds() * 1000)
+        result = await self.groups.join(body.group_id, body.member_id, getattr(body, "group_instance_id", None),
+                                        body.protocol_type, [(p.name, bytes(p.metadata)) for p in body.protocols],
+                                        session_ms, rebalance_ms, *_CLIENT.get())
+        member_cls = _item(cls, "members")
+        return _make(cls, throttle_time=NO_THROTTLE, error_code=result.error, generation_id=result.generation_id,
+                     protocol_type=result.protocol_type, protocol_name=result.protocol_name or "",
+                     leader=result.leader, member_id=result.member_id, skip_assignment=False,
+                     members=tuple(_make(member_cls, member_id=m, group_instance_id=i, metadata=meta)
+                                   for m, i, meta in result.members))
+
+    async def sync_group(self, body, cls):
+        code, assignment = await self.groups.sync(body.group_id, body.member_id, body.generation_id,
+                                                  {a.member_id: bytes(a.assignment) for a in body.assignments})
+        group = self.groups.group(body.group_id)
+        return _make(cls, throttle_time=NO_THROTTLE, error_code=code, assignment=assignment,
+                     protocol_type=group.protocol_type if group else None,
+                     protocol_name=group.protocol_name if group else None)
+
+    async def heartbeat(self, body, cls):
+        code = self.groups.heartbeat(body.group_id, body.member_id, body.generation_id)
+        return _make(cls, throttle_time=NO_THROTTLE, error_code=code)
+
+    async def leave_group(self, body, cls):
+        members = getattr(body, "members", None)
+        if members is None:
+            code = self.groups.leave(body.group_id, [body.member_id])[body.member_id]
+            return _make(cls, throttle_time=NO_THROTTLE, error_code=code)
+        codes = self.groups.leave(body.group_id, [m.member_id for m in members])
+        entry = _item(cls, "members")
+        return _make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, members=tuple(
+            _make(entry, member_id=m.member_id, group_instance_id=m.group_instance_id, error_code=codes[m.member_id])
+            for m in members))
+
+    async def _coordinator(self, group_id: str):
+        from raylog.consumer.group_member import coordinator_for
+
+        return await asyncio.to_thread(coordinator_for, self.cluster, group_id,
+                                       self.cluster.config.request_timeout_ms / 1000)
+
+    async def offset_commit(self, body, cls):
+        generation = getattr(body, "generation_id_or_member_epoch", getattr(body, "generation_id", -1))
+        code = self.groups.check_commit(body.group_id, body.member_id, generation)
+        rows = [[t.name, p.partition_index, p.committed_offset, p.committed_metadata or ""]
+                for t in body.topics for p in t.partitions]
+        if code == ErrorCode.none and rows:
+            try:
+                coordinator = await self._coordinator(body.group_id)
+                await coordinator.commit_offsets.remote(body.group_id, None, -1, rows)
+            except Exception as exc:  # noqa: BLE001 - the commit's error code, for every partition
+                code = self._failure(body.group_id, exc)[0]
+        topic_cls = _item(cls, "topics")
+        part_cls = _item(topic_cls, "partitions")
+        return _make(cls, throttle_time=NO_THROTTLE, topics=tuple(
+            _make(topic_cls, name=t.name, partitions=tuple(
+                _make(part_cls, partition_index=p.partition_index, error_code=code) for p in t.partitions))
+            for t in body.topics))
+
+    async def offset_fetch(self, body, cls):
+        topic_cls = _item(cls, "topics")
+        part_cls = _item(topic_cls, "partitions")
+        wanted = None if body.topics is None else [[t.name, p] for t in body.topics for p in t.partition_indexes]
+        try:
+            coordinator = await self._coordinator(body.group_id)
+            rows = await coordinator.fetch_offsets.remote(body.group_id, wanted)
+            code = ErrorCode.none
+        except Exception as exc:  # noqa: BLE001 - the group's error code
+            rows, code = [], self._failure(body.group_id, exc)[0]
+        found = {(t, p): (o, m) for t, p, o, m in rows}
+        if wanted is None:
+            wanted = [[t, p] for t, p in found]
+        by_topic: dict[str, list] = {}
+        for t, p in wanted:
+            offset, meta = found.get((t, p), (-1, ""))
+            by_topic.setdefault(t, []).append(_make(part_cls, partition_index=p, committed_offset=offset,
+                                                    committed_leader_epoch=-1, metadata=meta,
+                                                    error_code=ErrorCode.none))
+        return _make(cls, throttle_time=NO_THROTTLE, error_code=code, topics=tuple(
+            _make(topic_cls, name=t, partitions=tuple(parts)) for t, parts in by_topic.items()))
+
+    async def list_groups(self, body, cls):
+        wanted = set(getattr(body, "states_filter", ()) or ())
+        entry = _item(cls, "groups")
+        groups = [(g.group_id, g.protocol_type or "consumer", g.state) for g in self.groups.groups.values()]
+        return _make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=tuple(
+            _make(entry, group_id=g, protocol_type=t, group_state=st) for g, t, st in groups
+            if not wanted or st in wanted))
+
+    async def describe_groups(self, body, cls):
+        group_cls = _item(cls, "groups")
+        member_cls = _item(group_cls, "members")
+        out = []
+        for group_id in body.groups:
+            d = self.groups.describe(group_id) or {"state": "Dead", "protocol_type": "", "protocol": "", "members": []}
+            out.append(_make(group_cls, error_code=ErrorCode.none, group_id=group_id, group_state=d["state"],
+                             protocol_type=d["protocol_type"], protocol_data=d["protocol"],
+                             authorized_operations=-2147483648, members=tuple(
+                                 _make(member_cls, member_id=m["member_id"], group_instance_id=m["instance_id"],
+                                       client_id=m["client_id"], client_host=m["client_host"],
+                                       member_metadata=m["metadata"], member_assignment=m["assignment"])
+                                 for m in d["members"])))
+        return _make(cls, throttle_time=NO_THROTTLE, groups=tuple(out))
+
+    # --- admin -------------------------------------------------------------------------------
+
+    async def _admin(self, call: Callable, *args, **kwargs) -> tuple[ErrorCode, str | None]:
+        """Run a (blocking) admin call; its error as Kafka's code and message."""
+        try:
+            await asyncio.to_thread(call, *args, **kwargs)
+            return ErrorCode.none, None
+        except Exception as exc:  # noqa: BLE001 - every failure is the resource's error code
+            code, _, _, message = self._failure("", exc)
+            return code, message
+
+    async def create_topics(self, body, cls):
+        from raylog.admin import NewTopic
+
+        admin = self.cluster.admin()
+        entry = _item(cls, "topics")
+        out = []
+        for t in body.topics:
+            if t.assignments:
+                code, message = ErrorCode.invalid_request, "raylog places replicas itself: give no assignments"
+            else:
+                new = NewTopic(t.name, t.num_partitions, t.replication_factor, {c.name: c.value for c in t.configs})
+                code, message = await self._admin(admin.create_topics, [new], validate_only=body.validate_only)
+            out.append(_make(entry, name=t.name, topic_id=None, error_code=code, error_message=message,
+                             topic_config_error_code=0, num_partitions=t.num_partitions,
+                             replication_factor=t.replication_factor, configs=()))
+        return _make(cls, throttle_time=NO_THROTTLE, topics=tuple(out))
+
+    async def delete_topics(self, body, cls):
+        admin = self.cluster.admin()
+        names = getattr(body, "topic_names", None)
+        if names is None:
+            names = [t.name for t in body.topics]
+        entry = _item(cls, "responses")
+        out = []
+        for name in names:
+            code, message = await self._admin(admin.delete_topics, [name])
+            self.cluster.metadata.invalidate(name)
+            out.append(_make(entry, name=name, topic_id=None, error_code=code, error_message=message))
+        return _make(cls, throttle_time=NO_THROTTLE, responses=tuple(out))
+
+    async def create_partitions(self, body, cls):
+        admin = self.cluster.admin()
+        entry = _item(cls, "results")
+        out = []
+        for t in body.topics:
+            if t.assignments:
+                code, message = ErrorCode.invalid_request, "raylog places partitions itself: give no assignments"
+            else:
+                code, message = await self._admin(admin.create_partitions, {t.name: t.count},
+                                                  validate_only=body.validate_only)
+            out.append(_make(entry, name=t.name, error_code=code, error_message=message))
+        return _make(cls, throttle_time=NO_THROTTLE, results=tuple(out))
+
+    async def describe_configs(self, body, cls):
+        admin = self.cluster.admin()
+        result_cls = _item(cls, "results")
+        entry_cls = _item(result_cls, "configs")
+        out = []
+        for r in body.resources:
+            entries, code, message = [], ErrorCode.none, None
+            if r.resource_type == TOPIC_RESOURCE:
+                try:
+                    described = await asyncio.to_thread(admin.describe_topic_config, r.resource_name)
+                    wanted = None if r.configuration_keys is None else set(r.configuration_keys)
+                    entries = [e for e in described if wanted is None or e.name in wanted]
+                except Exception as exc:  # noqa: BLE001 - the resource's error code
+                    code, _, _, message = self._failure(r.resource_name, exc)
+            elif r.resource_type != BROKER_RESOURCE:
+                code, message = ErrorCode.invalid_request, f"resource type {r.resource_type} has no configs here"
+            out.append(_make(result_cls, error_code=code, error_message=message, resource_type=r.resource_type,
+                             resource_name=r.resource_name, configs=tuple(
+                                 _make(entry_cls, name=e.name, value=e.value, read_only=e.read_only,
+                                       config_source=DEFAULT_CONFIG if e.is_default else DYNAMIC_TOPIC_CONFIG,
+                                       is_default=e.is_default, is_sensitive=False, synonyms=(), config_type=0,
+                                       documentation=e.documentation or None)
+                                 for e in entries)))
+        return _make(cls, throttle_time=NO_THROTTLE, results=tuple(out))
+
+    async def alter_configs(self, body, cls):
+        return await self._alter(body, cls, incremental=False)
+
+    async def incremental_alter_configs(self, body, cls):
+        return await self._alter(body, cls, incremental=True)
+
+    async def _alter(self, body, cls, incremental: bool):
+        admin = self.cluster.admin()
+        entry = _item(cls, "responses")
+        out = []
+        for r in body.resources:
+            if r.resource_type != TOPIC_RESOURCE:
+                code, message = ErrorCode.invalid_request, "raylog alters topic configs only"
+            elif incremental and any(c.config_operation not in (SET, DELETE) for c in r.configs):
+                code, message = ErrorCode.invalid_config, "raylog's topic configs are not lists: SET or DELETE them"
+            else:
+                values = {c.name: c.value for c in r.configs
+                          if not incremental or c.config_operation == SET}
+                deleted = [c.name for c in r.configs if incremental and c.config_operation == DELETE]
+                code, message = await self._admin(admin._alter_config, r.resource_name, values, deleted,
+                                                  body.validate_only, not incremental)
+            out.append(_make(entry, error_code=code, error_message=message, resource_type=r.resource_type,
+                             resource_name=r.resource_name))
+        return _make(cls, throttle_time=NO_THROTTLE, responses=tuple(out))
+
+    async def delete_records(self, body, cls):
+        topic_cls = _item(cls, "topics")
+        part_cls = _item(topic_cls, "partitions")
+        out = []
+        for t in body.topics:
+            parts = []
+            for p in t.partitions:
+                try:
+                    leader = await self._leader(t.name, p.partition_index)
+                    low = await leader.delete_records.remote(p.offset)
+                    code = ErrorCode.none
+                except Exception as exc:  # noqa: BLE001 - the partition's error code
+                    code, low = self._failure(t.name, exc)[0], -1
+                parts.append(_make(part_cls, partition_index=p.partition_index, low_watermark=low, error_code=code))
+            out.append(_make(topic_cls, name=t.name, partitions=tuple(parts)))
+        return _make(cls, throttle_time=NO_THROTTLE, topics=tuple(out))
+
+    async def describe_cluster(self, body, cls):
+        if self._cluster_id is None:
+            self._cluster_id = await self._cluster_id_now()
+        broker = _item(cls, "brokers")
+        return _make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
+                     endpoint_type=1, cluster_id=self._cluster_id, controller_id=self.node_id,
+                     brokers=(_make(broker, broker_id=self.node_id, host=self.host, port=self.port, rack=None),),
+                     cluster_authorized_operations=-2147483648)
+
+    async def offset_for_leader_epoch(self, body, cls):
+        topic_cls = _item(cls, "topics")
+        part_cls = _item(topic_cls, "partitions")
+        out = []
+        for t in body.topics:
+            parts = []
+            for p in t.partitions:
+                try:
+                    leader = await self._leader(t.topic, p.partition)
+                    epoch, end = await leader.end_offset_for_epoch.remote(p.leader_epoch,
+                                                                          getattr(p, "current_leader_epoch", -1))
+                    code = ErrorCode.none
+                except Exception as exc:  # noqa: BLE001 - the partition's error code
+                    code, epoch, end = self._failure(t.topic, exc)[0], -1, -1
+                parts.append(_make(part_cls, error_code=code, partition=p.partition, leader_epoch=epoch,
+                                   end_offset=end))
+            out.append(_make(topic_cls, topic=t.topic, partitions=tuple(parts)))
+        return _make(cls, throttle_time=NO_THROTTLE, topics=tuple(out))
+
+    async def delete_groups(self, body, cls):
+        admin = self.cluster.admin()
+        entry = _item(cls, "results")
+        out = []
+        for group_id in body.groups_names:
+            code = self.groups.delete(group_id)
+            if code == ErrorCode.none:
+                code, _ = await self._admin(admin.delete_consumer_groups, [group_id])
+            out.append(_make(entry, group_id=group_id, error_code=code))
+        return _make(cls, throttle_time=NO_THROTTLE, results=tuple(out))

@@ -1,0 +1,285 @@
+"""Kafka's RecordBatch v2 (magic 2) as Kafka clients send and read it, converted to and from
+raylog's batches.
+
+raylog's batch header is Kafka's v2 header byte for byte (raylog/storage/batch.py); only what
+follows it differs. Kafka's records section is a sequence of varint-framed records::
+
+    length            varint   bytes after this field
+    attributes        int8     unused (0)
+    timestamp_delta   varlong  from the batch's base_timestamp
+    offset_delta      varint   from the batch's base_offset
+    key_length        varint   -1 for a null key
+    key
+    value_length      varint   -1 for a null value
+    value
+    header_count      varint
+      header_key_length varint, header_key (UTF-8), header_value_length varint (-1 null), value
+
+compressed as a whole by the batch's codec: gzip (a gzip stream), snappy (Kafka's Java xerial
+framing, or a raw block), lz4 (lz4's frame format), zstd (one or more frames, with or without a
+content size). A produced batch is converted into a raylog batch keeping everything a record is:
+producer id, epoch and sequence, timestamps and their type, offsets deltas (a compacted batch's
+gaps), keys, values and headers with their nulls. A fetched raylog batch is converted back, keeping
+its base offset and leader epoch; it is sent uncompressed (a listener on the consumer's host:
+compressing costs the listener's CPU to save loopback bytes).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import cramjam
+import crc32c
+import lz4.frame
+
+from raylog.errors import CorruptRecordError, RecordTooLargeError, UnsupportedCodecError
+from raylog.storage import batch as raylog_batch
+from raylog.storage import payload
+
+HEADER = raylog_batch.HEADER
+HEADER_SIZE = raylog_batch.HEADER_SIZE
+KAFKA_MAGIC = 2
+CONTROL = raylog_batch.CONTROL
+TRANSACTIONAL = raylog_batch.TRANSACTIONAL
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_UINT32 = struct.Struct(">I")
+_INT32 = struct.Struct(">i")
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaBatch:
+    """One decoded Kafka batch: its header fields and one entry per record in each list."""
+
+    base_offset: int
+    leader_epoch: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    offset_deltas: list[int]
+    timestamp_deltas: list[int]
+    keys: list[bytes | None]
+    values: list[bytes | None]
+    headers: list[list[tuple[str, bytes | None]]]
+
+    @property
+    def codec(self) -> int:
+        return self.attributes & raylog_batch.CODEC_MASK
+
+    @property
+    def record_count(self) -> int:
+        return len(self.values)
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    """A zigzag varint (or varlong) at ``pos``: (value, position after it)."""
+    shift = result = 0
+    while True:
+        if pos >= len(buf):
+            raise CorruptRecordError("a record's varint runs past the end of the batch")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+        if shift > 63:
+            raise CorruptRecordError("a record's varint is longer than 10 bytes")
+
+
+def _put_varint(out: bytearray, value: int) -> None:
+    n = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+
+
+def _bytes_at(buf: bytes, pos: int, what: str) -> tuple[bytes | None, int]:
+    length, pos = _varint(buf, pos)
+    if length < 0:
+        if length != -1:
+            raise CorruptRecordError(f"a record's {what} length is {length}")
+        return None, pos
+    end = pos + length
+    if end > len(buf):
+        raise CorruptRecordError(f"a record's {what} of {length} bytes runs past the end of the batch")
+    return buf[pos:end], end
+
+
+def _decompress(codec: int, data: bytes) -> bytes:
+    try:
+        if codec == payload.CODEC_NONE:
+            return data
+        if codec == payload.CODEC_GZIP:
+            out = bytes(cramjam.gzip.decompress(data))
+        elif codec == payload.CODEC_SNAPPY:
+            out = _snappy(data)
+        elif codec == payload.CODEC_LZ4:
+            out = lz4.frame.decompress(data)
+        elif codec == payload.CODEC_ZSTD:
+            out = bytes(cramjam.zstd.decompress(data))
+        else:
+            raise UnsupportedCodecError(f"batch uses compression codec {codec}; Kafka's are {payload.SUPPORTED_CODECS}")
+    except (cramjam.DecompressionError, RuntimeError, ValueError) as exc:
+        raise CorruptRecordError(f"a {payload.NAME_BY_CODEC[codec]} batch does not decompress: {exc}") from None
+    if len(out) > payload.MAX_UNCOMPRESSED_BYTES:
+        raise CorruptRecordError(f"a batch inflates past {payload.MAX_UNCOMPRESSED_BYTES} bytes")
+    return out
+
+
+def _snappy(data: bytes) -> bytes:
+    if not data.startswith(_XERIAL_MAGIC):
+        return bytes(cramjam.snappy.decompress_raw(data))
+    out, pos = bytearray(), 16  # magic, then two int32 versions
+    while pos < len(data):
+        if pos + 4 > len(data):
+            raise CorruptRecordError("a xerial snappy block's length is cut short")
+        (length,) = _UINT32.unpack_from(data, pos)
+        pos += 4
+        out += cramjam.snappy.decompress_raw(data[pos:pos + length])
+        pos += length
+        if len(out) > payload.MAX_UNCOMPRESSED_BYTES:
+            break
+    return bytes(out)
+
+
+def decode(buf, max_bytes: int | None = None) -> list[KafkaBatch]:
+    """Every batch in a Produce request's (or a Fetch answer's) records field. Raises
+    CorruptRecordError (or UnsupportedCodecError) for anything that is not whole, intact v2
+    batches; nothing is decoded from a batch whose CRC fails."""
+    buf = bytes(buf)
+    out, pos = [], 0
+    while pos < len(buf):
+        if len(buf) - pos < HEADER_SIZE:
+            raise CorruptRecordError(f"{len(buf) - pos} trailing bytes cannot hold a batch header")
+        (base_offset, length, leader_epoch, magic, crc, attributes, last_delta, base_ts, max_ts,
+         pid, pepoch, base_seq, count) = HEADER.unpack_from(buf, pos)
+        size = raylog_batch.LOG_OVERHEAD + length
+        if magic != KAFKA_MAGIC:
+            raise CorruptRecordError(f"record batch magic {magic}: only v2 batches (magic 2) are taken")
+        if length < HEADER_SIZE - raylog_batch.LOG_OVERHEAD or pos + size > len(buf):
+            raise CorruptRecordError(f"batch_length {length} does not fit the {len(buf) - pos} bytes given")
+        if max_bytes is not None and size > max_bytes:
+            raise RecordTooLargeError(f"batch of {size} bytes exceeds max_message_bytes {max_bytes}")
+        if count < 0 or (count and count > last_delta + 1):
+            raise CorruptRecordError(f"record_count {count} does not fit last_offset_delta {last_delta}")
+        if crc32c.crc32c(buf[pos + raylog_batch.ATTRIBUTES_POS:pos + size]) != crc:
+            raise CorruptRecordError("a record batch's CRC32C does not match its bytes")
+        records = _decompress(attributes & raylog_batch.CODEC_MASK, buf[pos + HEADER_SIZE:pos + size])
+        out.append(_records(records, count, (base_offset, leader_epoch, attributes, last_delta, base_ts, max_ts,
+                                             pid, pepoch, base_seq)))
+        pos += size
+    return out
+
+
+def _records(data: bytes, count: int, header: tuple) -> KafkaBatch:
+    offset_deltas, ts_deltas, keys, values, headers = [], [], [], [], []
+    pos = 0
+    for _ in range(count):
+        length, pos = _varint(data, pos)
+        end = pos + length
+        if length < 1 or end > len(data):
+            raise CorruptRecordError(f"a record of {length} bytes does not fit its batch")
+        pos += 1  # attributes
+        ts, pos = _varint(data, pos)
+        delta, pos = _varint(data, pos)
+        key, pos = _bytes_at(data, pos, "key")
+        value, pos = _bytes_at(data, pos, "value")
+        n, pos = _varint(data, pos)
+        if n < 0 or n > length:
+            raise CorruptRecordError(f"a record claims {n} headers")
+        pairs = []
+        for _h in range(n):
+            name, pos = _bytes_at(data, pos, "header key")
+            if name is None:
+                raise CorruptRecordError("a record header has a null key")
+            hvalue, pos = _bytes_at(data, pos, "header value")
+            try:
+                pairs.append((name.decode("utf-8"), hvalue))
+            except UnicodeDecodeError:
+                raise CorruptRecordError("a record header's key is not UTF-8") from None
+        if pos != end:
+            raise CorruptRecordError("a record's fields do not add up to its length")
+        offset_deltas.append(delta)
+        ts_deltas.append(ts)
+        keys.append(key)
+        values.append(value)
+        headers.append(pairs)
+    if pos != len(data):
+        raise CorruptRecordError("a record batch holds more bytes than its records")
+    if offset_deltas and (offset_deltas[-1] != header[3] or any(b <= a for a, b in zip(offset_deltas, offset_deltas[1:]))
+                          or offset_deltas[0] < 0):
+        raise CorruptRecordError("a record batch's offset deltas are not increasing up to last_offset_delta")
+    return KafkaBatch(*header, offset_deltas, ts_deltas, keys, values, headers)
+
+
+def to_raylog(kb: KafkaBatch) -> bytearray:
+    """The raylog batch holding exactly ``kb``'s records, compressed with its codec."""
+    if kb.record_count == 0:
+        raise CorruptRecordError("a produced record batch holds at least one record")
+    if kb.attributes & (CONTROL | TRANSACTIONAL):
+        raise CorruptRecordError("transactional and control batches are not taken (no transactions)")
+    count = kb.record_count
+    deltas = None if kb.offset_deltas == list(range(count)) else kb.offset_deltas
+    timestamps = [kb.base_timestamp + d for d in kb.timestamp_deltas]
+    out = raylog_batch.build(kb.values, kb.keys, timestamps, kb.headers if any(kb.headers) else None,
+                             payload.NAME_BY_CODEC[kb.codec], deltas, kb.last_offset_delta, 0,
+                             kb.producer_id, kb.producer_epoch, kb.base_sequence)
+    if kb.attributes & raylog_batch.TIMESTAMP_TYPE_LOG_APPEND:
+        raylog_batch.RecordBatch(out).set_log_append_time(kb.max_timestamp)
+    return out
+
+
+def from_raylog(batch: raylog_batch.RecordBatch) -> bytes:
+    """``batch`` (a stored, intact raylog batch) as an uncompressed Kafka v2 batch."""
+    cols = batch.columns()
+    count = batch.record_count
+    keys, values = cols.keys.to_pylist(), cols.values.to_pylist()
+    deltas = range(count) if cols.offset_deltas is None else cols.offset_deltas.tolist()
+    ts = cols.timestamp_deltas.tolist()
+    headers = cols.headers
+    body = bytearray()
+    record = bytearray()
+    for i in range(count):
+        record.clear()
+        record.append(0)
+        _put_varint(record, ts[i])
+        _put_varint(record, deltas[i])
+        for field in (keys[i], values[i]):
+            if field is None:
+                _put_varint(record, -1)
+            else:
+                _put_varint(record, len(field))
+                record += field
+        pairs = headers[i] if headers else ()
+        _put_varint(record, len(pairs))
+        for name, hvalue in pairs:
+            raw = name.encode("utf-8")
+            _put_varint(record, len(raw))
+            record += raw
+            if hvalue is None:
+                _put_varint(record, -1)
+            else:
+                _put_varint(record, len(hvalue))
+                record += hvalue
+        _put_varint(body, len(record))
+        body += record
+    (base_offset, _length, leader_epoch, _magic, _crc, attributes, last_delta, base_ts, max_ts, pid, pepoch,
+     base_seq, _count) = batch.header()
+    attributes &= ~raylog_batch.CODEC_MASK
+    out = bytearray(HEADER_SIZE + len(body))
+    HEADER.pack_into(out, 0, base_offset, HEADER_SIZE - raylog_batch.LOG_OVERHEAD + len(body), leader_epoch,
+                     KAFKA_MAGIC, 0, attributes, last_delta, base_ts, max_ts, pid, pepoch, base_seq, count)
+    out[HEADER_SIZE:] = body
+    _UINT32.pack_into(out, raylog_batch.CRC_POS, crc32c.crc32c(memoryview(out)[raylog_batch.ATTRIBUTES_POS:]))
+    return bytes(out)
+
+
+def from_raylog_log(data) -> bytes:
+    """Every whole batch of a replica's fetch answer, as Kafka v2 batches."""
+    return b"".join(from_raylog(b) for b in raylog_batch.iter_batches(data))
