@@ -75,7 +75,8 @@ from raylog.errors import (
 )
 from raylog.logs import configure_actor_logging, get_logger, log_event
 from raylog.naming import (
-    INTERNAL_TOPICS, OFFSETS_TOPIC, coordinator_actor_name, node_agent_actor_name, replica_actor_name,
+    INTERNAL_TOPICS, OFFSETS_TOPIC, coordinator_actor_name, kafka_listener_actor_name, node_agent_actor_name,
+    replica_actor_name,
     validate_topic_name, validate_topic_shape,
 )
 from raylog.protocol import PartitionInfo, ReplicaAssignment, TopicDescription
@@ -141,6 +142,9 @@ class Controller:
         self._refused: dict[str, tuple[str, float]] = {}
         """Ray node id -> (why its registration failed, when): tried again after REGISTER_RETRY_S."""
         self._agents: dict[str, object] = {}
+        self.listeners: dict[int, object] = {}
+        """raylog node id -> its Kafka listener actor (this Ray session's), when kafka_listener is set."""
+        self._listener_starts: dict[int, asyncio.Task] = {}
         self._replicas_starting: set[tuple] = set()
         self._declared_lost: set[int] = set()
         """Nodes missing past node_lost_timeout_ms (logged once as node_lost)."""
@@ -346,6 +350,8 @@ class Controller:
         for gone in (set(self._refused) | set(self._agents)) - set(alive):
             self._refused.pop(gone, None)
             self._agents.pop(gone, None)
+        for node in died:
+            self.listeners.pop(node, None)
         return died
 
     async def _nodes_registered(self) -> None:
@@ -392,6 +398,49 @@ class Controller:
         self._refused.pop(ray_node, None)
         self._node_up(node, ray_node, found["data_dir"], info.address)
 
+    async def _start_listener(self, node: int, ray_node: str) -> None:
+        """Start the node's Kafka listener (one per node, speaking for its raylog node id), or find
+        the one running; it binds on its first address() call. Ray restarts it on its node; it ends
+        with the node, and the node's next registration starts another."""
+        from actors.kafka_listener import KafkaListenerActor  # kio and the listener load only where one runs
+
+        options = placement_nodes.agent_actor_options(ray_node, kafka_listener_actor_name(ray_node), self.namespace)
+
+        def start():
+            return _actor_class(KafkaListenerActor).options(**options, get_if_exists=True).remote(
+                self.namespace, node, self.head_node)
+        try:
+            handle = await asyncio.to_thread(start)
+        except Exception:  # noqa: BLE001 - the node is going away: its next registration starts one
+            logger.exception("the Kafka listener of node %d did not start", node)
+            return
+        if self.node_sessions.get(node) == ray_node:
+            self.listeners[node] = handle
+
+    async def kafka_brokers(self) -> list[dict]:
+        """Every running node's Kafka listener as Kafka's Metadata names brokers: [{"node_id", "host",
+        "port"}], the head's first; [] when kafka_listener is off. A listener not answering within
+        request_timeout_ms (its node going away) is left out."""
+        if not self.config.kafka_listener:
+            return []
+        await self._ensure_started()
+        timeout_s = self.config.request_timeout_ms / 1000
+        starting = [t for n, t in self._listener_starts.items() if n in self.node_sessions and not t.done()]
+        if starting:
+            await asyncio.wait(starting, timeout=timeout_s)
+        nodes = sorted(self.listeners, key=lambda n: (n != self.head_node, n))
+        calls = [asyncio.ensure_future(_awaited(self.listeners[n].address.remote())) for n in nodes]
+        if not calls:
+            return []
+        await asyncio.wait(calls, timeout=timeout_s)
+        out = []
+        for call in calls:
+            if call.done() and call.exception() is None:
+                out.append(call.result())
+            else:
+                call.cancel()
+        return out
+
     def _ensure_agent(self, ray_node: str):
         """The node agent of a Ray node: found by name, else started there. Blocking (Ray's GCS)."""
         name = node_agent_actor_name(ray_node)
@@ -413,6 +462,8 @@ class Controller:
         log_event(logger, "node_registered", node=node, ray_node=ray_node, address=address, data_dir=data_dir,
                   **({"missing_s": round(missing_s, 1)} if returned else {}))
         self._commit(self.state.restarted(node, ray_node), "node_restarted")
+        if self.config.kafka_listener:
+            self._listener_starts[node] = asyncio.get_running_loop().create_task(self._start_listener(node, ray_node))
         if self._start_done:
             self._start_node_replicas(node)
 
@@ -1541,6 +1592,10 @@ class Controller:
 
 
 _ACTOR_CLASSES: dict[type, object] = {}
+
+
+async def _awaited(ref):
+    return await ref
 
 
 def _actor_class(cls: type):

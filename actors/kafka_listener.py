@@ -1,9 +1,10 @@
-"""KafkaListenerActor: the head node's Kafka listener (raylog/kafka/listener.py) in a Ray actor.
+"""KafkaListenerActor: one Ray node's Kafka listener (raylog/kafka/listener.py) in a Ray actor.
 
-A thin shell: it binds ClusterConfig.kafka_listener (the next free port if taken), answers with a
-BrokerApi over raylog's client, and tells callers the address in use. One per namespace, on the
-head node, detached and restarted by Ray (a restart binds again). It speaks for the head's raylog
-node id, the stable id Kafka clients see as the broker's.
+A thin shell, one per node, started by the controller as the node registers (named by the Ray
+node id, as the node agent is; pinned there, detached, restarted there by Ray). It binds
+ClusterConfig.kafka_listener on its node (the next free port if taken: simulated nodes on one
+machine get one port each), answers with a BrokerApi over raylog's client, and tells callers
+the address in use. Kafka clients know it by its node's raylog node id, stable across restarts.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import logging
 import os
 import ssl
 
-from raylog import ray_calls
+import ray
+
 from raylog.config import listener_address
 from raylog.kafka.broker_api import BrokerApi
 from raylog.kafka.listener import KafkaListener
@@ -21,29 +23,33 @@ from raylog.logs import configure_actor_logging
 
 logger = logging.getLogger(__name__)
 
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
+
 
 class KafkaListenerActor:
-    def __init__(self, namespace: str):
+    def __init__(self, namespace: str, node_id: int, head_node_id: int):
         configure_actor_logging()
         # raylog's client calls Ray synchronously; here it does so only from worker threads
         # (asyncio.to_thread), never on the loop, which Ray's warning cannot tell apart.
         os.environ["RAY_WARN_BLOCKING_GET_INSIDE_ASYNC"] = "0"
-        self.namespace = namespace
+        self.namespace, self.node_id, self.head_node_id = namespace, node_id, head_node_id
         self._listener: KafkaListener | None = None
         self._starting = asyncio.Lock()
+        self._expiry: asyncio.Task | None = None
 
     async def address(self) -> dict:
-        """{"host", "port", "node_id"} of the listener, started on the first call."""
+        """{"node_id", "host", "port"} Kafka clients reach this listener at; binds on the first call."""
         async with self._starting:
             if self._listener is None:
-                self._listener = await asyncio.to_thread(self._build)
-                port = await self._listener.start()
-                self._listener.api.port = port
-                self._expiry = asyncio.get_running_loop().create_task(self._listener.api.expire_members_forever())
-                logger.info("event=kafka_listener_started address=%s:%d node_id=%d", self._listener.host, port,
-                            self._listener.api.node_id)
+                listener = await asyncio.to_thread(self._build)
+                port = await listener.start()
+                listener.api.port = port
+                self._listener = listener
+                self._expiry = asyncio.get_running_loop().create_task(listener.api.expire_members_forever())
+                logger.info("event=kafka_listener_started address=%s:%d node_id=%d", listener.api.host, port,
+                            self.node_id)
         api = self._listener.api
-        return {"host": self._listener.host, "port": self._listener.port, "node_id": api.node_id}
+        return {"node_id": self.node_id, "host": api.host, "port": api.port}
 
     def _build(self) -> KafkaListener:
         from raylog.cluster import attached
@@ -51,9 +57,9 @@ class KafkaListenerActor:
         cluster = attached(self.namespace)
         config = cluster.config
         host, port = listener_address(config.kafka_listener, config.kafka_listener_sasl)
-        # The controller's answer, not the admin client's: that one asks this actor for its address.
-        node_id = ray_calls.get(cluster.controller.describe_cluster.remote(), config.request_timeout_ms / 1000)["head_node"]
-        api = BrokerApi(cluster, node_id, host, port)
+        # A listener on every address is reached at its node's.
+        advertised = ray.util.get_node_ip_address() if host in WILDCARD_HOSTS else host
+        api = BrokerApi(cluster, self.node_id, advertised, port, self.head_node_id)
         tls = None
         if config.kafka_listener_tls_cert:
             tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

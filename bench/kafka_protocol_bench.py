@@ -80,17 +80,17 @@ def latency_confluent(bootstrap: str, topic: str, samples: int) -> tuple[float, 
     producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
     consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": f"lat-{uuid.uuid4().hex}",
                                          "enable.auto.commit": False, "fetch.wait.max.ms": 100})
-    consumer.assign([confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_END)])
+    # A new topic read from offset 0: every record sent is the next one read.
+    consumer.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
     times = []
     try:
         for i in range(samples):
             started = time.perf_counter()
             producer.produce(topic, b"%d" % i, partition=0)
             producer.poll(0)
-            while True:
-                msgs = [m for m in consumer.consume(1, 5.0) if m.error() is None]
-                if msgs and msgs[-1].value() == b"%d" % i:
-                    break
+            while not any(m.error() is None and m.value() == b"%d" % i for m in consumer.consume(1, 5.0)):
+                if time.perf_counter() - started > 60:
+                    raise RuntimeError(f"record {i} was not read back within 60 s")
             times.append((time.perf_counter() - started) * 1000)
     finally:
         producer.flush(30)

@@ -15,7 +15,7 @@ from raylog import ray_calls
 from raylog.config import ClusterConfig, config_from_mapping
 from raylog.errors import ClusterNotAvailableError, ControllerNotAvailableError
 from raylog.metadata import Metadata
-from raylog.naming import CONTROLLER_ACTOR_NAME, KAFKA_LISTENER_ACTOR_NAME
+from raylog.naming import CONTROLLER_ACTOR_NAME
 
 
 logger = logging.getLogger(__name__)
@@ -50,7 +50,6 @@ class Cluster:
         self.controller = controller
         self.config = config
         self.metadata = Metadata(controller, config.request_timeout_ms / 1000)
-        self._listener = None
 
     def producer(self, **configs):
         """A Producer with ProducerConfig settings (kafka-python names)."""
@@ -72,14 +71,12 @@ class Cluster:
 
     @property
     def bootstrap_servers(self) -> str:
-        """host:port of the Kafka listener (ClusterConfig.kafka_listener) for Kafka clients and tools;
-        "" when it is turned off."""
+        """host:port of every node's Kafka listener (ClusterConfig.kafka_listener), comma-separated,
+        the head's first: what Kafka clients and tools take as bootstrap servers. "" when off."""
         if not self.config.kafka_listener:
             return ""
-        if self._listener is None:
-            self._listener = kafka_listener(self.config)
-        answer = ray_calls.get(self._listener.address.remote(), self.config.request_timeout_ms / 1000)
-        return f"{answer['host']}:{answer['port']}"
+        brokers = ray_calls.get(self.controller.kafka_brokers.remote(), self.config.request_timeout_ms / 1000 * 2)
+        return ",".join(f"{b['host']}:{b['port']}" for b in brokers)
 
     def auto_creator(self, asked: bool | None):
         """What a client calls with a topic it does not find: a function creating it with the
@@ -144,9 +141,6 @@ def connect(address: str | None = None, *, namespace: str = "raylog", data_root:
         # Not waited for: recovery, and on a new cluster __consumer_offsets, go on in the background.
         controller.start.remote()
     _default = Cluster(controller, ClusterConfig(**running))
-    if _default.config.kafka_listener:
-        _default._listener = kafka_listener(_default.config)
-        _default._listener.address.remote()  # binds in the background; bootstrap_servers waits
     return _default
 
 
@@ -208,17 +202,6 @@ def _controller(config: ClusterConfig):
         name=CONTROLLER_ACTOR_NAME, namespace=config.namespace, lifetime="detached", get_if_exists=True,
         num_cpus=0, max_restarts=-1, max_task_retries=-1, scheduling_strategy=pinned(head_ray_node_id()),
     ).remote(asdict(config))
-
-
-def kafka_listener(config: ClusterConfig):
-    """The namespace's Kafka listener actor on the head node, started if none runs."""
-    from actors.kafka_listener import KafkaListenerActor
-    from placement.nodes import head_ray_node_id, pinned
-
-    return ray.remote(KafkaListenerActor).options(
-        name=KAFKA_LISTENER_ACTOR_NAME, namespace=config.namespace, lifetime="detached", get_if_exists=True,
-        num_cpus=0, max_restarts=-1, max_task_retries=-1, scheduling_strategy=pinned(head_ray_node_id()),
-    ).remote(config.namespace)
 
 
 def attached(namespace: str) -> Cluster:

@@ -66,6 +66,11 @@ OFFSETS_TOPIC = "__consumer_offsets"
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
 
 
+def kafka_listener_actor_name(ray_node_id: str) -> str:
+    """The Kafka listener of one Ray node (actors/kafka_listener.py), named like its node agent."""
+    return f"{KAFKA_LISTENER_ACTOR_NAME}-{ray_node_id}"
+
+
 def node_agent_actor_name(ray_node_id: str) -> str:
     """The node agent of one Ray node (for this Ray session: a restarted node gets a new one)."""
     return f"raylog-node-agent/{ray_node_id}"

@@ -44,6 +44,10 @@ DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5
 """Kafka's config sources."""
 SET, DELETE = 0, 1
 """IncrementalAlterConfigs' operations (APPEND 2 and SUBTRACT 3 are for list configs)."""
+BROKERS_MAX_AGE_S = 2.0
+"""The listeners' addresses are asked of the controller again after this long."""
+GROUP_APIS = frozenset({8, 9, 11, 12, 13, 14, 15, 16, 42})
+"""The APIs only the group-coordinating listener answers (others say NOT_COORDINATOR)."""
 METADATA_MAX_AGE_S = 1.0
 """A partition's leader is looked up again after this long, or at once after a leadership error."""
 
@@ -55,10 +59,15 @@ class BrokerApi:
     """Answers one request at a time per call; calls run concurrently on the listener's loop.
     ``cluster`` is a raylog Cluster; ``node_id``, ``host`` and ``port`` are this listener's."""
 
-    def __init__(self, cluster, node_id: int, host: str, port: int):
+    def __init__(self, cluster, node_id: int, host: str, port: int, head_node_id: int | None = None):
         self.cluster = cluster
         self.node_id, self.host, self.port = node_id, host, port
+        self.head_node_id = node_id if head_node_id is None else head_node_id
+        """Classic groups live on the head node's listener: the others answer NOT_COORDINATOR."""
+        self.coordinates_groups = self.head_node_id == node_id
         self._cluster_id: str | None = None
+        self._brokers: list[dict] = []
+        self._brokers_at = float("-inf")
         self.groups = ClassicGroups()
         self._handlers: dict[int, Callable] = {
             0: self.produce, 1: self.fetch, 2: self.list_offsets, 3: self.metadata, 8: self.offset_commit,
@@ -74,7 +83,22 @@ class BrokerApi:
         """The response entity for ``request``, or None where Kafka sends none (acks=0)."""
         cls = frames.response_class(request.api_key, request.api_version)
         _CLIENT.set((request.client_id or "", client_host))
+        if request.api_key in GROUP_APIS and not self.coordinates_groups:
+            return _not_coordinator(cls, request.body)
         return await self._handlers[request.api_key](request.body, cls)
+
+    async def brokers(self) -> list[dict]:
+        """Every node's listener ({"node_id", "host", "port"}, the head's first), as the controller
+        last said (BROKERS_MAX_AGE_S); this one alone while the controller does not answer."""
+        now = time.monotonic()
+        if now - self._brokers_at > BROKERS_MAX_AGE_S:
+            try:
+                self._brokers = await self.cluster.controller.kafka_brokers.remote()
+                self._brokers_at = now
+            except Exception:  # noqa: BLE001 - the controller restarting: this listener still serves
+                logger.warning("kafka listener: the controller did not list the brokers", exc_info=True)
+        here = {"node_id": self.node_id, "host": self.host, "port": self.port}
+        return self._brokers if any(b["node_id"] == self.node_id for b in self._brokers) else [here, *self._brokers]
 
     async def user_credentials(self, name: str) -> dict | None:
         """A Kafka listener user's stored SCRAM credentials (for SASL logins), None if no such user."""
@@ -122,21 +146,28 @@ class BrokerApi:
                 topics.append(_make(topic_cls, error_code=error_code(exc), name=name, topic_id=None,
                                     is_internal=False, partitions=(), topic_authorized_operations=-2147483648))
                 continue
-            topics.append(self._topic_entity(topic_cls, part_cls, info))
+            topics.append(info)
         broker_cls = _item(cls, "brokers")
-        brokers = (_make(broker_cls, node_id=self.node_id, host=self.host, port=self.port, rack=None),)
+        listed = await self.brokers()
+        brokers = tuple(_make(broker_cls, node_id=b["node_id"], host=b["host"], port=b["port"], rack=None)
+                        for b in listed)
+        ids = {b["node_id"] for b in listed}
+        topics = [self._topic_entity(topic_cls, part_cls, t, ids) if isinstance(t, TopicInfo) else t for t in topics]
         return _make(cls, throttle_time=NO_THROTTLE, brokers=brokers, cluster_id=self._cluster_id,
-                     controller_id=self.node_id, topics=tuple(topics))
+                     controller_id=listed[0]["node_id"], topics=tuple(topics))
 
-    def _topic_entity(self, topic_cls, part_cls, info: TopicInfo):
+    def _topic_entity(self, topic_cls, part_cls, info: TopicInfo, brokers: set[int]):
+        """A partition's leader is the listener on its leader replica's node (any listener serves
+        it; that one forwards over no network), this one while that node has none."""
         desc = info.description
         parts = []
         for p in desc.partitions:
             node_of = {r.replica_id: r.node_id for r in p.replicas}
             offline = p.leader is None
+            leader = -1 if offline else (p.leader.node_id if p.leader.node_id in brokers else self.node_id)
             parts.append(_make(
                 part_cls, error_code=ErrorCode.leader_not_available if offline else ErrorCode.none,
-                partition_index=p.partition, leader_id=-1 if offline else self.node_id,
+                partition_index=p.partition, leader_id=leader,
                 leader_epoch=p.leader_epoch, replica_nodes=tuple(r.node_id for r in p.replicas),
                 isr_nodes=tuple(node_of[r] for r in p.isr if r in node_of), offline_replicas=()))
         return _make(topic_cls, error_code=ErrorCode.none, name=desc.name, topic_id=None,
@@ -297,8 +328,13 @@ class BrokerApi:
         # not use: at once and for good, not with a retriable code the client would wait out.
         code = ErrorCode.none if key_type == 0 else ErrorCode.transactional_id_authorization_failed
         message = None if key_type == 0 else "raylog has no transactions"
-        here = dict(node_id=self.node_id if code == ErrorCode.none else -1, host=self.host if code == ErrorCode.none else "",
-                    port=self.port if code == ErrorCode.none else -1, error_code=code, error_message=message)
+        coordinator = None
+        if code == ErrorCode.none:
+            coordinator = next((b for b in await self.brokers() if b["node_id"] == self.head_node_id), None)
+            if coordinator is None:
+                code, message = ErrorCode.coordinator_not_available, "the head node's listener is not running"
+        here = dict(node_id=coordinator["node_id"] if coordinator else -1, host=coordinator["host"] if coordinator else "",
+                    port=coordinator["port"] if coordinator else -1, error_code=code, error_message=message)
         if keys is not None:
             entry = _item(cls, "coordinators")
             return _make(cls, throttle_time=NO_THROTTLE, coordinators=tuple(_make(entry, key=k, **here) for k in keys))
@@ -535,9 +571,11 @@ class BrokerApi:
         if self._cluster_id is None:
             self._cluster_id = await self._cluster_id_now()
         broker = _item(cls, "brokers")
+        listed = await self.brokers()
         return _make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
-                     endpoint_type=1, cluster_id=self._cluster_id, controller_id=self.node_id,
-                     brokers=(_make(broker, broker_id=self.node_id, host=self.host, port=self.port, rack=None),),
+                     endpoint_type=1, cluster_id=self._cluster_id, controller_id=listed[0]["node_id"],
+                     brokers=tuple(_make(broker, broker_id=b["node_id"], host=b["host"], port=b["port"], rack=None)
+                                   for b in listed),
                      cluster_authorized_operations=-2147483648)
 
     async def offset_for_leader_epoch(self, body, cls):
@@ -569,3 +607,28 @@ class BrokerApi:
                 code, _ = await self._admin(admin.delete_consumer_groups, [group_id])
             out.append(_make(entry, group_id=group_id, error_code=code))
         return _make(cls, throttle_time=NO_THROTTLE, results=tuple(out))
+
+
+def _not_coordinator(cls, body):
+    """NOT_COORDINATOR in the shape of ``cls``: the client finds the coordinator again."""
+    code = ErrorCode.not_coordinator
+    fields = cls.__dataclass_fields__
+    values = {"throttle_time": NO_THROTTLE, "error_code": code, "generation_id": -1, "leader": "", "member_id": "",
+              "members": (), "assignment": b"", "protocol_type": None, "protocol_name": None, "groups": (),
+              "results": (), "topics": (), "skip_assignment": False}
+    if "groups" in fields and getattr(body, "groups", None):  # DescribeGroups: each group's answer
+        entry = _item(cls, "groups")
+        values["groups"] = tuple(_make(entry, error_code=code, group_id=g, group_state="", protocol_type="",
+                                       protocol_data="", members=(), authorized_operations=-2147483648)
+                                 for g in body.groups)
+    if "results" in fields and getattr(body, "groups_names", None):  # DeleteGroups
+        entry = _item(cls, "results")
+        values["results"] = tuple(_make(entry, group_id=g, error_code=code) for g in body.groups_names)
+    if "topics" in fields and getattr(body, "topics", None):
+        topic_cls = _item(cls, "topics")
+        part_cls = _item(topic_cls, "partitions")
+        values["topics"] = tuple(_make(topic_cls, name=t.name, partitions=tuple(
+            _make(part_cls, partition_index=p.partition_index, error_code=code, committed_offset=-1,
+                  committed_leader_epoch=-1, metadata=None)
+            for p in getattr(t, "partitions", ()))) for t in body.topics)
+    return _make(cls, **values)

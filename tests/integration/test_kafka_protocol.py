@@ -517,9 +517,11 @@ def listener_rss(cluster) -> int:
     import psutil
     import ray
 
-    from raylog.cluster import kafka_listener
+    from raylog.naming import kafka_listener_actor_name
 
-    return psutil.Process(ray.get(kafka_listener(cluster.config).ping.remote(), timeout=60)).memory_info().rss
+    listener = ray.get_actor(kafka_listener_actor_name(ray.get_runtime_context().get_node_id()),
+                             namespace=cluster.config.namespace)
+    return psutil.Process(ray.get(listener.ping.remote(), timeout=60)).memory_info().rss
 
 
 def test_slow_and_idle_clients_hold_no_memory_and_stop_no_one(cluster, bootstrap):
