@@ -173,9 +173,13 @@ def kafka_clients(bootstrap: str) -> None:
     if kcat is None:
         print("     (kcat is not installed here: `apt-get install kcat`)")
         return
-    done = subprocess.run([kcat, *line[1:], "-c", "3", "-f", "%p/%o %k: %s\n"], capture_output=True, text=True,
-                          timeout=120)
-    for row in (done.stdout.splitlines() if done.returncode == 0 else [done.stderr.strip()]):
+    try:
+        done = subprocess.run([kcat, *line[1:], "-c", "3", "-f", "%p/%o %k: %s\n"], capture_output=True, text=True,
+                              timeout=120)
+    except subprocess.TimeoutExpired:
+        print("     (kcat did not finish within 120 s)")
+        return
+    for row in (done.stdout.splitlines() if done.returncode == 0 else done.stderr.strip().splitlines()[-1:]):
         print(f"     {row[:100]}")
 
 

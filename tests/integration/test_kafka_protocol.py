@@ -577,3 +577,20 @@ def test_fuzzed_frames_are_answered_or_closed_and_change_nothing(cluster, bootst
     assert len(sent) == 200
     assert kafka_metadata_works(bootstrap)
     assert set(cluster.admin().list_topics()) == topics_before
+
+
+@pytest.mark.skipif(KCAT is None, reason="kcat is not installed (make test installs it from Debian where it can)")
+def test_kcat_group_mode_reads_every_partition_and_commits(cluster, bootstrap):
+    topic, group = new_topic(cluster, 3), f"kcat-{uuid.uuid4().hex[:6]}"
+    producer = cluster.producer(acks="all")
+    for i in range(90):
+        producer.send(topic, value=b"g%d" % i, partition=i % 3)
+    producer.flush()
+    producer.close()
+    done = subprocess.run([KCAT, "-b", bootstrap, "-G", group, "-o", "beginning", "-e", "-f", "%p:%s\n", topic],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert sorted(done.stdout.split()) == sorted(f"{i % 3}:g{i}" for i in range(90))
+    offsets = cluster.admin().list_consumer_group_offsets(group)
+    assert {tp.partition: om.offset for tp, om in offsets.items()} == {0: 30, 1: 30, 2: 30}
+
