@@ -33,7 +33,6 @@ from raylog.naming import INTERNAL_TOPICS
 logger = logging.getLogger(__name__)
 
 NO_THROTTLE = datetime.timedelta(0)
-EARLIEST, LATEST = -2, -1
 MAX_WAIT_MS = 30_000
 """A fetch's max_wait is capped here (Kafka's clients ask 500 ms; kcat 100 ms)."""
 _CLIENT: contextvars.ContextVar[tuple[str, str]] = contextvars.ContextVar("kafka_client", default=("", ""))
@@ -117,8 +116,8 @@ class BrokerApi:
         # The controller's own answer: the admin client's adds this listener's address, asked of itself.
         return (await self.cluster.controller.describe_cluster.remote())["cluster_id"]
 
-    async def _topic(self, name: str, fresh: bool = False) -> TopicInfo:
-        return await asyncio.to_thread(self.cluster.metadata.topic, name, 0.0 if fresh else METADATA_MAX_AGE_S)
+    async def _topic(self, name: str) -> TopicInfo:
+        return await asyncio.to_thread(self.cluster.metadata.topic, name, METADATA_MAX_AGE_S)
 
     async def api_versions(self, body, cls):
         return _make(cls, error_code=ErrorCode.none, api_keys=frames.api_keys(cls), throttle_time=NO_THROTTLE,
