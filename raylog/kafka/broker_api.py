@@ -18,11 +18,13 @@ import datetime
 import logging
 import random
 import time
+import uuid
 from typing import Callable
 
 from kio.schema.errors import ErrorCode
 
 from raylog import errors, ray_calls
+from raylog.config import ASSIGNORS
 from raylog.kafka import frames
 from raylog.kafka import record_batch as kafka_batches
 from raylog.kafka.classic_groups import ClassicGroups
@@ -45,10 +47,18 @@ SET, DELETE = 0, 1
 """IncrementalAlterConfigs' operations (APPEND 2 and SUBTRACT 3 are for list configs)."""
 BROKERS_MAX_AGE_S = 2.0
 """The listeners' addresses are asked of the controller again after this long."""
-GROUP_APIS = frozenset({8, 9, 11, 12, 13, 14, 15, 16, 42})
+GROUP_APIS = frozenset({8, 9, 11, 12, 13, 14, 15, 16, 42, 47, 68})
 """The APIs only the group-coordinating listener answers (others say NOT_COORDINATOR)."""
 METADATA_MAX_AGE_S = 1.0
 """A partition's leader is looked up again after this long, or at once after a leadership error."""
+COORDINATOR_WAIT_S = 5.0
+"""How long an OffsetCommit or a ConsumerGroupHeartbeat waits on raylog's group coordinator
+(finding it, starting __consumer_offsets, storing) before answering COORDINATOR_NOT_AVAILABLE,
+which clients retry after finding the coordinator again: Kafka's offsets.commit.timeout.ms. A
+connection answers in order, so a longer wait holds the group's heartbeats behind it. An
+OffsetFetch waits longer (see offset_fetch)."""
+COORDINATOR_RETRY_S = 0.2
+"""An OffsetFetch tries a restarting coordinator again after this long."""
 
 
 _item, _make = frames.item_type, frames.make
@@ -68,6 +78,10 @@ class BrokerApi:
         self._brokers: list[dict] = []
         self._brokers_at = float("-inf")
         self.groups = ClassicGroups()
+        self._topic_names: dict[uuid.UUID, str] = {}
+        """Topic id -> name of every topic this listener has named by id (Metadata, assignments)."""
+        self._lookups: dict[str, asyncio.Future] = {}
+        """Group -> the coordinator lookup under way (one thread per group, however many ask)."""
         self._handlers: dict[int, Callable] = {
             0: self.produce, 1: self.fetch, 2: self.list_offsets, 3: self.metadata, 8: self.offset_commit,
             9: self.offset_fetch, 10: self.find_coordinator, 11: self.join_group, 12: self.heartbeat,
@@ -75,7 +89,8 @@ class BrokerApi:
             18: self.api_versions, 19: self.create_topics, 20: self.delete_topics, 21: self.delete_records,
             22: self.init_producer_id, 23: self.offset_for_leader_epoch, 32: self.describe_configs,
             33: self.alter_configs, 37: self.create_partitions, 42: self.delete_groups,
-            44: self.incremental_alter_configs, 60: self.describe_cluster,
+            44: self.incremental_alter_configs, 47: self.offset_delete, 60: self.describe_cluster,
+            68: self.consumer_group_heartbeat,
         }
 
     async def handle(self, request: frames.Request, client_host: str = ""):
@@ -125,13 +140,20 @@ class BrokerApi:
                      zk_migration_ready=False)
 
     async def metadata(self, body, cls):
-        admin = self.cluster.admin()
         if self._cluster_id is None:
             self._cluster_id = await self._cluster_id_now()
+        unknown_ids = []
         if body.topics is None or (cls.__version__ == 0 and not body.topics):  # v0: empty means all
-            names = await asyncio.to_thread(admin.list_topics)
+            names = await asyncio.to_thread(self.cluster.admin().list_topics)
         else:
-            names = [t.name for t in body.topics]
+            names = []
+            for t in body.topics:
+                # v10 on: a topic named by id alone (a KIP-848 member resolving its assignment).
+                name = t.name if t.name is not None else await self._topic_name(getattr(t, "topic_id", None))
+                if name is None:
+                    unknown_ids.append(t.topic_id)
+                else:
+                    names.append(name)
         # Kafka clients send allow_auto_topic_creation=True unless told otherwise, so a wire client's
         # True is not an explicit ask: it creates a topic only where the cluster says any client may.
         asked = None if getattr(body, "allow_auto_topic_creation", True) else False
@@ -152,6 +174,8 @@ class BrokerApi:
                         for b in listed)
         ids = {b["node_id"] for b in listed}
         topics = [self._topic_entity(topic_cls, part_cls, t, ids) if isinstance(t, TopicInfo) else t for t in topics]
+        topics += [_make(topic_cls, error_code=ErrorCode.unknown_topic_id, name=None, topic_id=i, is_internal=False,
+                         partitions=(), topic_authorized_operations=-2147483648) for i in unknown_ids]
         return _make(cls, throttle_time=NO_THROTTLE, brokers=brokers, cluster_id=self._cluster_id,
                      controller_id=listed[0]["node_id"], topics=tuple(topics))
 
@@ -169,9 +193,26 @@ class BrokerApi:
                 partition_index=p.partition, leader_id=leader,
                 leader_epoch=p.leader_epoch, replica_nodes=tuple(r.node_id for r in p.replicas),
                 isr_nodes=tuple(node_of[r] for r in p.isr if r in node_of), offline_replicas=()))
-        return _make(topic_cls, error_code=ErrorCode.none, name=desc.name, topic_id=None,
+        return _make(topic_cls, error_code=ErrorCode.none, name=desc.name, topic_id=self._topic_uuid(desc),
                      is_internal=desc.internal or desc.name in INTERNAL_TOPICS, partitions=tuple(parts),
                      topic_authorized_operations=-2147483648)
+
+    def _topic_uuid(self, desc) -> uuid.UUID | None:
+        """A topic's raylog id as Kafka's topic id (KIP-516), remembered for the way back."""
+        if not desc.topic_id:
+            return None
+        topic_id = uuid.UUID(hex=desc.topic_id)
+        self._topic_names[topic_id] = desc.name
+        return topic_id
+
+    async def _topic_name(self, topic_id: uuid.UUID | None) -> str | None:
+        """The name of the topic with Kafka id ``topic_id``; None if no topic has it (deleted)."""
+        if topic_id is None:
+            return None
+        if topic_id not in self._topic_names:
+            for desc in await asyncio.to_thread(self.cluster.admin().describe_topics):
+                self._topic_uuid(desc)
+        return self._topic_names.get(topic_id)
 
     async def _leader(self, topic: str, partition: int):
         info = await self._topic(topic)
@@ -376,23 +417,106 @@ class BrokerApi:
             _make(entry, member_id=m.member_id, group_instance_id=m.group_instance_id, error_code=codes[m.member_id])
             for m in members))
 
-    async def _coordinator(self, group_id: str):
+    async def _coordinator_call(self, group_id: str, method: str, *args, wait_s: float = COORDINATOR_WAIT_S,
+                                retry: bool = False):
+        """``method(*args)`` of raylog's coordinator of ``group_id`` (actors/coordinator.py), within
+        ``wait_s`` in all; ``retry``: a retriable failure (the coordinator restarting) is tried again
+        until then."""
         from raylog.consumer.group_member import coordinator_for
 
-        return await asyncio.to_thread(coordinator_for, self.cluster, group_id,
-                                       self.cluster.config.request_timeout_ms / 1000)
+        deadline = time.monotonic() + wait_s
+        while True:
+            lookup = self._lookups.get(group_id)
+            if lookup is None:
+                lookup = self._lookups[group_id] = asyncio.ensure_future(asyncio.to_thread(
+                    coordinator_for, self.cluster, group_id, self.cluster.config.request_timeout_ms / 1000))
+                lookup.add_done_callback(lambda _: self._lookups.pop(group_id, None))
+            try:
+                coordinator = await asyncio.wait_for(asyncio.shield(lookup), max(deadline - time.monotonic(), 0.001))
+                return await asyncio.wait_for(_awaited(getattr(coordinator, method).remote(*args)),
+                                              max(deadline - time.monotonic(), 0.001))
+            except asyncio.TimeoutError:
+                raise errors.CoordinatorNotAvailableError(
+                    f"the coordinator of group {group_id!r} did not answer within {wait_s} s") from None
+            except Exception as exc:  # noqa: BLE001 - raised as raylog's error unless tried again
+                failure = ray_calls.translate(exc)
+                if not (retry and isinstance(failure, errors.RaylogError) and failure.retriable
+                        and time.monotonic() + COORDINATOR_RETRY_S < deadline):
+                    raise failure from None
+            await asyncio.sleep(COORDINATOR_RETRY_S)
+
+    @staticmethod
+    def _code_of(subject: str, exc: BaseException, retriable: ErrorCode | None = None) -> ErrorCode:
+        """A group's or an admin call's failure as Kafka's code (no topic's metadata is at fault);
+        ``retriable``: the code for any retriable failure (what a group's client retries on)."""
+        exc = ray_calls.translate(exc)
+        if not isinstance(exc, errors.RaylogError):
+            logger.warning("kafka listener: %s failed: %r", subject, exc)
+        elif exc.retriable and retriable is not None:
+            return retriable
+        return error_code(exc)
+
+    async def consumer_group_heartbeat(self, body, cls):
+        """KIP-848's ConsumerGroupHeartbeat: raylog's own coordinator runs such groups (its
+        heartbeat is this API's), so the listener only names topics by id on the way in and out."""
+        owned = None
+        if body.topic_partitions is not None:
+            owned = []
+            for t in body.topic_partitions:
+                name = await self._topic_name(t.topic_id)
+                owned.extend([name, p] for p in t.partitions if name is not None)
+        client_id, client_host = _CLIENT.get()
+        request = {"group_id": body.group_id, "member_id": body.member_id or uuid.uuid4().hex,
+                   "member_epoch": body.member_epoch, "instance_id": body.instance_id,
+                   "subscribed_topics": body.subscribed_topic_names,
+                   # librdkafka sends an empty regex beside topic names: no pattern.
+                   "subscribed_pattern": getattr(body, "subscribed_topic_regex", None) or None,
+                   "assignor": body.server_assignor, "owned_partitions": owned,
+                   "client_id": client_id, "client_host": client_host}
+        if body.rebalance_timeout.total_seconds() > 0:
+            request["rebalance_timeout_ms"] = int(body.rebalance_timeout.total_seconds() * 1000)
+        if body.server_assignor is not None and body.server_assignor not in ASSIGNORS:
+            return _make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.unsupported_assignor,
+                         error_message=f"assignors served: {', '.join(ASSIGNORS)}", member_id=None, member_epoch=-1,
+                         heartbeat_interval=datetime.timedelta(0), assignment=None)
+        try:
+            answer = await self._coordinator_call(body.group_id, "heartbeat", request)
+        except Exception as exc:  # noqa: BLE001 - the member's error code
+            exc = ray_calls.translate(exc)
+            return _make(cls, throttle_time=NO_THROTTLE,
+                         error_code=self._code_of(body.group_id, exc, ErrorCode.coordinator_not_available),
+                         error_message=str(exc)[:500], member_id=None, member_epoch=-1,
+                         heartbeat_interval=datetime.timedelta(0), assignment=None)
+        by_topic: dict[str, list[int]] = {}
+        for t, p in answer["assignment"]:
+            by_topic.setdefault(t, []).append(p)
+        assignment_cls = _item(cls, "assignment")
+        part_cls = _item(assignment_cls, "topic_partitions")
+        ids = {t: self._topic_uuid((await self._topic(t)).description) for t in by_topic}
+        assignment = _make(assignment_cls, topic_partitions=tuple(
+            _make(part_cls, topic_id=ids[t], partitions=tuple(sorted(ps))) for t, ps in sorted(by_topic.items())))
+        return _make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
+                     member_id=answer["member_id"], member_epoch=answer["member_epoch"],
+                     heartbeat_interval=datetime.timedelta(milliseconds=answer["heartbeat_interval_ms"]),
+                     assignment=None if body.member_epoch < 0 else assignment)
 
     async def offset_commit(self, body, cls):
         generation = getattr(body, "generation_id_or_member_epoch", getattr(body, "generation_id", -1))
-        code = self.groups.check_commit(body.group_id, body.member_id, generation)
+        classic = self.groups.group(body.group_id)
+        member, epoch, code = None, -1, ErrorCode.none
+        if body.member_id and generation >= 0 and (classic is None or not classic.members):
+            # A KIP-848 member (or a classic one its group no longer has): raylog's coordinator
+            # checks its member epoch, and answers for a member it does not know.
+            member, epoch = body.member_id, generation
+        else:
+            code = self.groups.check_commit(body.group_id, body.member_id, generation)
         rows = [[t.name, p.partition_index, p.committed_offset, p.committed_metadata or ""]
                 for t in body.topics for p in t.partitions]
         if code == ErrorCode.none and rows:
             try:
-                coordinator = await self._coordinator(body.group_id)
-                await coordinator.commit_offsets.remote(body.group_id, None, -1, rows)
+                await self._coordinator_call(body.group_id, "commit_offsets", body.group_id, member, epoch, rows)
             except Exception as exc:  # noqa: BLE001 - the commit's error code, for every partition
-                code = self._failure(body.group_id, exc)[0]
+                code = self._code_of(body.group_id, exc, ErrorCode.coordinator_not_available)
         topic_cls = _item(cls, "topics")
         part_cls = _item(topic_cls, "partitions")
         return _make(cls, throttle_time=NO_THROTTLE, topics=tuple(
@@ -405,22 +529,52 @@ class BrokerApi:
         part_cls = _item(topic_cls, "partitions")
         wanted = None if body.topics is None else [[t.name, p] for t in body.topics for p in t.partition_indexes]
         try:
-            coordinator = await self._coordinator(body.group_id)
-            rows = await coordinator.fetch_offsets.remote(body.group_id, wanted)
+            # A failed OffsetFetch costs far more than a slow one: librdkafka leaves the partitions it
+            # asked for unread until the next rebalance. So it waits out a coordinator restarting
+            # or paused (Kafka's coordinator answers it from memory).
+            rows = await self._coordinator_call(body.group_id, "fetch_offsets", body.group_id, wanted,
+                                                wait_s=self.cluster.config.request_timeout_ms / 1000, retry=True)
             code = ErrorCode.none
         except Exception as exc:  # noqa: BLE001 - the group's error code
-            rows, code = [], self._failure(body.group_id, exc)[0]
+            # Kafka's answer while a coordinator loads, which clients retry.
+            rows, code = [], self._code_of(body.group_id, exc, ErrorCode.coordinator_load_in_progress)
         found = {(t, p): (o, m) for t, p, o, m in rows}
         if wanted is None:
             wanted = [[t, p] for t, p in found]
         by_topic: dict[str, list] = {}
         for t, p in wanted:
             offset, meta = found.get((t, p), (-1, ""))
+            # The error on each partition too: v1 has no other place for it, and no client may take
+            # -1 ("nothing committed") from an answer that failed.
             by_topic.setdefault(t, []).append(_make(part_cls, partition_index=p, committed_offset=offset,
-                                                    committed_leader_epoch=-1, metadata=meta,
-                                                    error_code=ErrorCode.none))
+                                                    committed_leader_epoch=-1, metadata=meta, error_code=code))
         return _make(cls, throttle_time=NO_THROTTLE, error_code=code, topics=tuple(
             _make(topic_cls, name=t, partitions=tuple(parts)) for t, parts in by_topic.items()))
+
+    async def offset_delete(self, body, cls):
+        """Kafka's OffsetDelete: a group's committed offsets of topics no member subscribes to."""
+        topic_cls = _item(cls, "topics")
+        part_cls = _item(topic_cls, "partitions")
+        subscribed = self.groups.subscribed_topics(body.group_id)
+        codes: dict[str, ErrorCode] = {}
+        try:
+            if subscribed is None:
+                raise errors.NonEmptyGroupError(f"group {body.group_id!r} has members of another protocol")
+            committed = {t for t, *_ in await self._coordinator_call(body.group_id, "fetch_offsets", body.group_id, None)}
+            if not committed and self.groups.group(body.group_id) is None:
+                raise errors.GroupIdNotFoundError(f"group {body.group_id!r} has no members and no offsets")
+            codes = {t.name: ErrorCode.group_subscribed_to_topic for t in body.topics if t.name in subscribed}
+            deleted = [[t.name, p.partition_index, None] for t in body.topics if t.name not in codes
+                       for p in t.partitions]
+            if deleted:
+                await self._coordinator_call(body.group_id, "reset_offsets", body.group_id, deleted)
+            code = ErrorCode.none
+        except Exception as exc:  # noqa: BLE001 - the group's error code
+            code = self._code_of(body.group_id, exc)
+        return _make(cls, throttle_time=NO_THROTTLE, error_code=code, topics=() if code != ErrorCode.none else tuple(
+            _make(topic_cls, name=t.name, partitions=tuple(
+                _make(part_cls, partition_index=p.partition_index, error_code=codes.get(t.name, ErrorCode.none))
+                for p in t.partitions)) for t in body.topics))
 
     async def list_groups(self, body, cls):
         wanted = set(getattr(body, "states_filter", ()) or ())
@@ -453,8 +607,7 @@ class BrokerApi:
             await asyncio.to_thread(call, *args, **kwargs)
             return ErrorCode.none, None
         except Exception as exc:  # noqa: BLE001 - every failure is the resource's error code
-            code, _, _, message = self._failure("", exc)
-            return code, message
+            return self._code_of(getattr(call, "__name__", "an admin call"), exc), str(ray_calls.translate(exc))[:500]
 
     async def create_topics(self, body, cls):
         from raylog.admin import NewTopic
@@ -631,3 +784,8 @@ def _not_coordinator(cls, body):
                   committed_leader_epoch=-1, metadata=None)
             for p in getattr(t, "partitions", ()))) for t in body.topics)
     return _make(cls, **values)
+
+
+async def _awaited(ref):
+    """An ObjectRef as a coroutine (asyncio.wait_for wants one)."""
+    return await ref

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -316,6 +317,23 @@ class ClassicGroups:
                              "metadata": dict(m.protocols).get(group.protocol_name, b""), "assignment": m.assignment}
                             for m in group.members.values()]}
 
+    def subscribed_topics(self, group_id: str) -> set[str] | None:
+        """The topics the group's members subscribe to, from their consumer-protocol metadata; None
+        for a group of another protocol type with members (Kafka cannot tell what it reads)."""
+        group = self.groups.get(group_id)
+        if group is None or not group.members:
+            return set()
+        if group.protocol_type != "consumer":
+            return None
+        topics: set[str] = set()
+        for m in group.members.values():
+            metadata = dict(m.protocols).get(group.protocol_name, b"")
+            try:
+                topics.update(_subscription_topics(metadata))
+            except (struct.error, UnicodeDecodeError):
+                return None  # metadata the group's own members wrote but no consumer can read
+        return topics
+
     def delete(self, group_id: str) -> ErrorCode:
         group = self.groups.get(group_id)
         if group is not None and group.members:
@@ -343,3 +361,17 @@ def _choose_protocol(group: Group) -> str:
         votes[best] = votes.get(best, 0) + 1
     leader_order = [n for n, _ in group.members[group.leader].protocols if n in common]
     return max(leader_order, key=lambda n: (votes.get(n, 0), -leader_order.index(n)))
+
+
+def _subscription_topics(metadata: bytes) -> list[str]:
+    """The topics of a ConsumerProtocolSubscription (every version starts: int16 version, then an
+    array of int16-length strings; the user data and owned partitions after them are not read)."""
+    (count,) = struct.unpack_from(">i", metadata, 2)
+    at, topics = 6, []
+    for _ in range(max(count, 0)):
+        (size,) = struct.unpack_from(">h", metadata, at)
+        topics.append(metadata[at + 2:at + 2 + size].decode())
+        at += 2 + size
+    if at > len(metadata):
+        raise struct.error("a subscription's topic runs past its end")
+    return topics

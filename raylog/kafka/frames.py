@@ -53,7 +53,9 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     37: (0, 3),    # CreatePartitions
     42: (0, 2),    # DeleteGroups
     44: (0, 1),    # IncrementalAlterConfigs
+    47: (0, 0),    # OffsetDelete
     60: (0, 1),    # DescribeCluster
+    68: (0, 1),    # ConsumerGroupHeartbeat (KIP-848)
 }
 """API key -> (lowest, highest) version served: what ApiVersions advertises."""
 

@@ -594,3 +594,103 @@ def test_kcat_group_mode_reads_every_partition_and_commits(cluster, bootstrap):
     offsets = cluster.admin().list_consumer_group_offsets(group)
     assert {tp.partition: om.offset for tp, om in offsets.items()} == {0: 30, 1: 30, 2: 30}
 
+
+
+def test_offset_delete_removes_offsets_of_topics_no_member_reads_and_refuses_the_rest(cluster, bootstrap):
+    """Kafka's OffsetDelete through kafka-python's admin client: offsets of a topic the group's
+    members do not subscribe to go; a topic a member reads is GROUP_SUBSCRIBED_TO_TOPIC and keeps
+    its offsets; an unknown group is GROUP_ID_NOT_FOUND."""
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import GroupIdNotFoundError, GroupSubscribedToTopicError, NoError
+
+    read, other = new_topic(cluster, 2), new_topic(cluster, 2)
+    group = f"od-{uuid.uuid4().hex[:6]}"
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    for topic in (read, other):
+        for p in range(2):
+            producer.send(topic, value=b"x", partition=p)
+    producer.flush()
+    producer.close()
+    # The group commits offsets of both topics, then keeps one member subscribed to ``read`` only.
+    member = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
+                           auto_offset_reset="earliest", consumer_timeout_ms=TIMEOUT_MS)
+    member.subscribe([read])
+    next(iter(member))
+    member.commit({KafkaTP(t, p): kafka.OffsetAndMetadata(1, "", -1) for t in (read, other) for p in range(2)})
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        result = admin.delete_group_offsets(group, [KafkaTP(other, 0), KafkaTP(read, 0)])
+        assert result == {KafkaTP(other, 0): NoError, KafkaTP(read, 0): GroupSubscribedToTopicError}
+        left = cluster.admin().list_consumer_group_offsets(group)
+        assert set(left) == {RaylogTP(read, 0), RaylogTP(read, 1), RaylogTP(other, 1)}
+        member.close()
+        # No member now: the subscribed topic's offsets may go too.
+        assert admin.delete_group_offsets(group, [KafkaTP(read, 0)]) == {KafkaTP(read, 0): NoError}
+        assert set(cluster.admin().list_consumer_group_offsets(group)) == {RaylogTP(read, 1), RaylogTP(other, 1)}
+        with pytest.raises(GroupIdNotFoundError):
+            admin.delete_group_offsets(f"never-{uuid.uuid4().hex[:6]}", [KafkaTP(read, 0)])
+    finally:
+        member.close()
+        admin.close()
+
+
+def test_a_kip848_confluent_kafka_member_and_a_raylog_consumer_share_one_group(cluster, bootstrap):
+    """KIP-848's ConsumerGroupHeartbeat (librdkafka's group.protocol=consumer) runs on raylog's own
+    group coordinator: a librdkafka member and a raylog consumer in one group split its partitions
+    by the server's assignor, each reads its own partitions' records, they commit, and when the
+    raylog consumer leaves, the librdkafka member takes every partition and reads what comes next."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    topic, group, partitions = new_topic(cluster, 4), f"kip848-{uuid.uuid4().hex[:6]}", 4
+    producer = cluster.producer(acks="all")
+    wire = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
+                                     "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    mine = cluster.consumer(group_id=group, auto_offset_reset="earliest", enable_auto_commit=False)
+    read: list = []
+    admin = cluster.admin()
+
+    def committed() -> dict:
+        return {tp.partition: om.offset for tp, om in admin.list_consumer_group_offsets(group).items()}
+
+    def poll_both() -> None:
+        msgs = [m for m in wire.consume(100, 0.2) if m.error() is None]
+        read.extend(("wire", m.partition(), m.offset()) for m in msgs)
+        if msgs:
+            wire.commit(asynchronous=False)
+        if mine is not None:
+            got = mine.poll(timeout_ms=200)
+            read.extend(("raylog", tp.partition, r.offset) for tp, rs in got.items() for r in rs)
+            if got:
+                mine.commit()
+
+    def send(first: int, last: int) -> None:
+        for i in range(first, last):
+            producer.send(topic, value=b"%d" % i, partition=i % partitions)
+        producer.flush()
+
+    try:
+        wire.subscribe([topic])
+        mine.subscribe([topic])
+        # The split first, then the records: each member reads exactly the partitions it holds.
+        wait_for(lambda: poll_both() or (len(wire.assignment()) == 2 and len(mine.assignment()) == 2),
+                 timeout_s=120, interval_s=0, describe=lambda: (wire.assignment(), mine.assignment()))
+        held = {"wire": {tp.partition for tp in wire.assignment()}, "raylog": {tp.partition for tp in mine.assignment()}}
+        assert held["wire"] | held["raylog"] == set(range(partitions))
+        send(0, 400)
+        wait_for(lambda: poll_both() or committed() == {p: 100 for p in range(partitions)}, timeout_s=120,
+                 interval_s=0, describe=lambda: (wire.assignment(), mine.assignment(), committed()))
+        assert {reader: {p for r, p, _ in read if r == reader} for reader in held} == held
+        assert sorted((p, o) for _, p, o in read) == [(p, o) for p in range(partitions) for o in range(100)]
+        described = admin.describe_consumer_groups([group])[0]
+        assert len(described["members"]) == 2 and described["state"].lower() == "stable", described
+        mine.close()
+        mine = None
+        send(400, 480)
+        wait_for(lambda: poll_both() or committed() == {p: 120 for p in range(partitions)}, timeout_s=120,
+                 interval_s=0, describe=lambda: (wire.assignment(), committed()))
+        assert len(wire.assignment()) == partitions
+        assert sorted((p, o) for _, p, o in read) == [(p, o) for p in range(partitions) for o in range(120)]
+    finally:
+        wire.close()
+        if mine is not None:
+            mine.close()
+        producer.close()

@@ -13,7 +13,9 @@ The workload (what Kafka users run, and what Jepsen's queue test runs against Ka
   (through a ledger actor that outlives any member), then commits. Members are killed and
   paused by the faults; a supervisor starts new ones to keep two running, and now and then adds
   a third and closes one, so members join and leave while everything else goes on.
-- An observer reads the group's committed offsets twice a second.
+- Kafka's own clients, through the listeners (tests/support/chaos_kafka.py): librdkafka's
+  idempotent producer and a classic consumer group of librdkafka members.
+- An observer reads the groups' committed offsets twice a second.
 - With ``spark=True``, a Spark micro-batch stream (spark_bridge.stream through RayDP) reads the
   topic under its own group and writes each batch to parquet under its batch id; the checker
   reads the parquet back. A second query streams a lossy topic (tests/support/lossy.py) through
@@ -65,6 +67,7 @@ from raylog import ray_calls
 from raylog.errors import RaylogError
 from raylog.naming import OFFSETS_TOPIC
 from raylog.records import TopicPartition
+from tests.support.chaos_kafka import KAFKA_GROUP, KafkaClients
 from tests.support.cluster import simulated_cluster
 from tests.support.faults import KILLS, PAUSES, FaultInjector
 from tests.support import lossy, topics
@@ -86,6 +89,9 @@ CLUSTER_CONFIG = {
     # A node restarted with its disk is back within seconds and recovers its replicas in place; a
     # lost one is replaced by a fresh node, and its replicas move there after this long.
     "node_lost_timeout_ms": 20_000,
+    # Every node's Kafka listener, for the workload of tests/support/chaos_kafka.py (a taken port
+    # moves to the next free one: each simulated node gets its own).
+    "kafka_listener": "127.0.0.1:9092",
 }
 MEMBER_CONFIG = {"session_timeout_ms": 4000, "heartbeat_interval_ms": 500, "max_poll_interval_ms": 60_000,
                  "request_timeout_ms": 10_000}
@@ -593,9 +599,7 @@ class Group:
 
     def lost_commits(self, final_committed: dict[tuple[str, int], int]) -> list[dict]:
         """Acknowledged commits above the group's final committed offset, in the checker's shape."""
-        return [{"group": GROUP, "partition": p, "offsets": [o, final_committed.get((GROUP, p))],
-                 "ops": ["acknowledged-commit", "final"]}
-                for p, o in sorted(self.acknowledged.items()) if final_committed.get((GROUP, p), -1) < o]
+        return lost_commits(GROUP, self.acknowledged, final_committed)
 
     def stop(self) -> None:
         for member in self.handles():
@@ -616,6 +620,24 @@ class Group:
                 pass
         self.node_producers = {}
         return local
+
+
+def lost_commits(group: str, acknowledged: dict[int, int], final_committed: dict[tuple[str, int], int]) -> list[dict]:
+    """``group``'s acknowledged commits (partition -> highest) above its final committed offset, in
+    the checker's shape."""
+    return [{"group": group, "partition": p, "offsets": [o, final_committed.get((group, p))],
+             "ops": ["acknowledged-commit", "final"]}
+            for p, o in sorted(acknowledged.items()) if final_committed.get((group, p), -1) < o]
+
+
+def wait_listening(sim, timeout_s: float = 120) -> None:
+    """Every node's Kafka listener up (the Kafka clients bootstrap from all of them)."""
+    nodes = {sim.raylog_node(n) for n in sim.node_ids()}
+    deadline = time.monotonic() + timeout_s
+    while {b["node_id"] for b in ray_calls.get(sim.cluster.controller.kafka_brokers.remote(), 60)} != nodes:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the Kafka listeners of nodes {sorted(nodes)} did not all start")
+        time.sleep(0.5)
 
 
 def committed(cluster, group: str) -> dict[int, int]:
@@ -778,10 +800,22 @@ class Workload:
         self.lossy = lossy.LossyProducer(sim.cluster) if out is not None else None
         self.stream = Stream(out, self.lossy_errors) if out is not None else None
         self.stream_restarts = 0
+        self.kafka = self._kafka_clients()
+        self.kafka_commits = 0
+        self.kafka_errors: list[str] = []
+        self.kafka_acknowledged: dict[int, int] = {}
+        """chaos.Group.acknowledged, for the Kafka group, over every cluster generation."""
+
+    def _kafka_clients(self) -> KafkaClients:
+        return KafkaClients(self.sim.cluster.bootstrap_servers, TOPIC, self.history, self.progress, self.generation,
+                            SEND_INTERVAL_S)
 
     def supervise(self, since: float | None = None) -> None:
         """Keep the group, the node producers and the stream running (``since``: GroupWorkload.supervise)."""
         self.group.supervise(since)
+        if self.rng.random() < 0.15:
+            self.kafka.rotate()
+            self.progress.group_changes.append((time.monotonic(), time.monotonic()))
         if self.stream is not None and self.stream.stuck(self.sim.cluster):
             # RayDP does not replace a lost executor (Ray ends one whose actor was leased through a
             # node that died), so a stream that stopped moving starts again from its checkpoint:
@@ -791,6 +825,14 @@ class Workload:
             self.stream = Stream(self.out, self.lossy_errors)
             self.stream_restarts += 1
 
+    def stop_kafka(self) -> None:
+        """End the Kafka clients (their members leave the group), keeping what they counted."""
+        self.kafka.stop()
+        self.kafka_commits += self.kafka.commits
+        self.kafka_errors += self.kafka.errors
+        for p, o in self.kafka.acknowledged.items():
+            self.kafka_acknowledged[p] = max(o, self.kafka_acknowledged.get(p, 0))
+
     def _stop_lossy(self) -> None:
         if self.lossy is not None:
             self.lossy.stop()
@@ -798,6 +840,7 @@ class Workload:
 
     def stop_producers(self) -> None:
         self.producers.stop()
+        self.kafka.stop_producer()
         self.local_requests += self.group.stop_producers()
         self._stop_lossy()
 
@@ -812,6 +855,7 @@ class Workload:
         self.producers.stop(flush_timeout_s=30)
         self.local_requests += self.group.stop_producers()
         self._stop_lossy()
+        self.stop_kafka()
         if self.stream is not None:
             self.stream.stop()
         # The members stop before their ledger (an actor) goes with the cluster: what they polled and
@@ -831,6 +875,8 @@ class Workload:
         self.producers = Producers(sim.cluster, self.history, self.progress, generation=self.generation)
         self.group.generation = self.generation
         self.group.start()
+        wait_listening(sim)
+        self.kafka = self._kafka_clients()
         if self.out is not None:
             self.lossy = lossy.LossyProducer(sim.cluster, first=self.lossy.next)
             self.stream = Stream(self.out, self.lossy_errors)
@@ -889,8 +935,10 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
         in_use = threading.Lock()
         """Held by the observer thread while it calls the cluster, and by a whole-cluster restart:
         no thread may be inside a Ray call while Ray is shut down and started again."""
+        wait_listening(sim)
         work = Workload(sim, history, rng, say, root / "stream-out" if spark else None)
         cleanup.callback(lambda: work.stream.stop() if work.stream is not None else None)
+        cleanup.callback(lambda: work.kafka.stop())
         cleanup.callback(lambda: work.producers.stop(30))
 
         def restart_cluster() -> str:
@@ -911,8 +959,9 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
             while not stop_observer.wait(0.5):
                 with in_use:
                     try:
-                        for p, o in committed(sim.cluster, GROUP).items():
-                            history.observe_committed(GROUP, p, o)
+                        for group in (GROUP, KAFKA_GROUP):
+                            for p, o in committed(sim.cluster, group).items():
+                                history.observe_committed(group, p, o)
                         # The controller's view alone (describe_partitions would also ask each leader,
                         # and wait on a paused one, and drop the producers' cached metadata).
                         states = ray_calls.get(sim.cluster.controller.partition_states.remote(TOPIC), 10)
@@ -926,8 +975,8 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
 
         observer = threading.Thread(target=observe, daemon=True)
         observer.start()
-        say(f"workload running: {len(work.producers.producers)} producers, {MEMBERS} members"
-            f"{', a Spark stream' if spark else ''}; seed {seed}")
+        say(f"workload running: {len(work.producers.producers)} producers, {MEMBERS} members, a Kafka producer and "
+            f"group through the listeners{', a Spark stream' if spark else ''}; seed {seed}")
         # Faults start once every partition is acknowledged and polled: the first one must not
         # fall on the group's first join.
         moving = [(kind, p) for kind in ("acks", "polls") for p in range(PARTITIONS)]
@@ -978,11 +1027,16 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
         say(f"producers stopped: {history.summary()['sends_acked']} acknowledged")
         drain_deadline = time.monotonic() + 240
         drained = False
+        behind: dict = {}
+        """Each group's committed offsets short of the end offsets, at the last look."""
         while time.monotonic() < drain_deadline:
             group.pump()
             # Read again each time: a batch sent before the producers stopped, never acknowledged,
             # may still be committed once a follower that was catching up joins the ISR.
-            if committed(cluster, GROUP) == end_offsets(cluster):
+            ends = end_offsets(cluster)
+            behind = {g: {"committed": c, "ends": ends} for g in (GROUP, KAFKA_GROUP)
+                      if (c := committed(cluster, g)) != ends}
+            if not behind:
                 drained = True
                 break
             time.sleep(1)
@@ -991,6 +1045,7 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
             stream_drained = False
         group.stop()
         group.pump()
+        work.stop_kafka()
         stop_observer.set()
         observer.join(timeout=10)
         lossy_found, lossy_summary = {}, {}
@@ -1001,14 +1056,16 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
             work.stream.record(history)
             work.stream = None
         final = read_everything(cluster)
-        final_committed = {(GROUP, p): o for p, o in committed(cluster, GROUP).items()}
+        final_committed = {(g, p): o for g in (GROUP, KAFKA_GROUP) for p, o in committed(cluster, g).items()}
         if spark:
             final_committed.update({(STREAM_GROUP, p): o for p, o in committed(cluster, STREAM_GROUP).items()})
         anomalies = history.check(final, final_committed=final_committed, drained=drained)
         if spark:
             anomalies.update(lossy_found)
-        if lost := group.lost_commits(final_committed):
-            anomalies.setdefault("committed-offsets-backwards", []).extend(lost)
+        for lost in (group.lost_commits(final_committed),
+                     lost_commits(KAFKA_GROUP, work.kafka_acknowledged, final_committed)):
+            if lost:
+                anomalies.setdefault("committed-offsets-backwards", []).extend(lost)
         if injector.intrusions:
             anomalies["intrusion"] = [f"{injector.intrusions} requests of a process without the secret answered"]
         session_s = CLUSTER_CONFIG["replica_session_timeout_ms"] / 1000
@@ -1027,7 +1084,11 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
                                      for member, step, at, took in group.slow_steps
                                      if at / 1e9 - started <= stall["to_s"] and at / 1e9 - started + took >= stall["from_s"]]
         leader_pauses = leader_pause_gaps(injector.history, work.progress, producing_until, started)
-        operations = {**history.summary(), "commits": group.commits, "sent_over_same_node_channels":
+        kafka_sends = [op for op in history.snapshot() if op.f == "ack" and (op.process or "").startswith("kafka-")]
+        kafka_polls = [op for op in history.snapshot() if op.f == "poll" and op.process.startswith(KAFKA_GROUP + "/")]
+        operations = {**history.summary(), "commits": group.commits, "kafka_sends_acked": len(kafka_sends),
+                      "kafka_records_polled": sum(len(op.value[1]) for op in kafka_polls),
+                      "kafka_commits": work.kafka_commits, "sent_over_same_node_channels":
                       work.local_requests, "stream_restarts": work.stream_restarts, **lossy_summary}
         errors = {}
         for member in group.handles():
@@ -1040,6 +1101,7 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
         "machine": f"{platform.node()} ({os.cpu_count()} cores), Python {platform.python_version()}",
         "healthy_after_faults": healthy,
         "drained": drained,
+        "not_drained": behind,
         "stream_drained": stream_drained,
         "operations": operations,
         "records_in_log": sum(len(v) for v in final.values()),
@@ -1052,6 +1114,7 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
         "examples": {name: [repr(e) for e in examples[:5]] for name, examples in anomalies.items()},
         "fault_log": [f"{f.kind} {f.target}" + (f" ({f.error})" if f.error else "") for f in injector.history],
         "member_errors": errors,
+        "kafka_errors": work.kafka_errors[-10:],
         "report": render(anomalies, operations),
     })
     report["ok"] = not anomalies and not stalls and drained and healthy and (stream_drained is not False)

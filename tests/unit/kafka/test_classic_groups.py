@@ -147,3 +147,24 @@ def test_a_follower_waiting_in_sync_learns_of_a_new_rebalance():
         await asyncio.sleep(0)
         assert await waiting == (ErrorCode.rebalance_in_progress, b"")
     asyncio.run(run())
+
+
+def test_subscribed_topics_are_read_from_consumer_members_metadata_as_kafka_python_writes_it():
+    """OffsetDelete's question: which topics a group's members read. kafka-python's own
+    subscription encoder (every version) is the judge; metadata no consumer can read, or a group of
+    another protocol type, answers None (the listener then refuses as Kafka does)."""
+    from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
+
+    async def run():
+        groups = ClassicGroups()
+        assert groups.subscribed_topics("g") == set()
+        subscriptions = [ConsumerProtocolSubscription(version, topics, b"user-data").encode(version=version)
+                         for version, topics in ((0, ["orders", "ünïcode"]), (3, ["clicks"]))]
+        await asyncio.gather(*(groups.join("g", "", None, "consumer", [("range", meta)], 10_000, 10_000, f"c{i}",
+                                           "127.0.0.1") for i, meta in enumerate(subscriptions)))
+        assert groups.subscribed_topics("g") == {"orders", "ünïcode", "clicks"}
+        await groups.join("cut", "", None, "consumer", [("range", subscriptions[0][:9])], 10_000, 10_000, "c", "h")
+        assert groups.subscribed_topics("cut") is None
+        await groups.join("connect", "", None, "connect", [("default", b"\x00")], 10_000, 10_000, "c", "h")
+        assert groups.subscribed_topics("connect") is None
+    asyncio.run(run())
