@@ -22,6 +22,11 @@ producer id, epoch and sequence, timestamps and their type, offsets deltas (a co
 gaps), keys, values and headers with their nulls. A fetched raylog batch is converted back, keeping
 its base offset and leader epoch; it is sent uncompressed (a listener on the consumer's host:
 compressing costs the listener's CPU to save loopback bytes).
+
+Both ways have two paths. Records without headers (the common case) are read and written a field
+at a time across the whole batch with numpy (2x and 3.5x the record-at-a-time paths, measured in
+docs/performance.md); records with headers, and bytes the column path does not expect, go one
+record at a time, which also names what is wrong with a damaged batch.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from dataclasses import dataclass
 import cramjam
 import crc32c
 import lz4.frame
+import numpy as np
 
 from raylog.errors import CorruptRecordError, RecordTooLargeError, UnsupportedCodecError
 from raylog.storage import batch as raylog_batch
@@ -60,11 +66,12 @@ class KafkaBatch:
     producer_id: int
     producer_epoch: int
     base_sequence: int
-    offset_deltas: list[int]
-    timestamp_deltas: list[int]
-    keys: list[bytes | None]
-    values: list[bytes | None]
-    headers: list[list[tuple[str, bytes | None]]]
+    offset_deltas: np.ndarray
+    timestamp_deltas: np.ndarray
+    key_column: payload.BinaryColumn
+    value_column: payload.BinaryColumn
+    headers: list[list[tuple[str, bytes | None]]] | None
+    """None when no record has a header."""
 
     @property
     def codec(self) -> int:
@@ -72,7 +79,15 @@ class KafkaBatch:
 
     @property
     def record_count(self) -> int:
-        return len(self.values)
+        return self.value_column.count
+
+    @property
+    def keys(self) -> list[bytes | None]:
+        return self.key_column.to_pylist()
+
+    @property
+    def values(self) -> list[bytes | None]:
+        return self.value_column.to_pylist()
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -178,6 +193,116 @@ def decode(buf, max_bytes: int | None = None) -> list[KafkaBatch]:
 
 
 def _records(data: bytes, count: int, header: tuple) -> KafkaBatch:
+    """The batch's records: by columns when no record has headers (the common case), else one
+    record at a time; both refuse exactly the same bytes (the column path hands anything unusual
+    to the other, which names what is wrong)."""
+    columns = _columns(data, count)
+    if columns is None:
+        return _each_record(data, count, header)
+    offset_deltas, ts_deltas, keys, values = columns
+    _check_offset_deltas(offset_deltas, header[3])
+    return KafkaBatch(*header, offset_deltas, ts_deltas, keys, values, None)
+
+
+_TEN = np.arange(10, dtype=np.int64)
+_SHIFTS = (7 * _TEN).astype(np.uint64)
+
+
+def _varints(padded: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """The zigzag varint at each position of ``at`` in ``padded`` (the records with 10 zero bytes
+    after them): (values, sizes); None where one is 10 bytes long or unterminated (rare: left to
+    the exact path)."""
+    window = padded[at[:, None] + _TEN]
+    ends = (window & 0x80) == 0
+    sizes = ends.argmax(axis=1) + 1
+    if not ends.any(axis=1).all() or (sizes >= 10).any():
+        return None
+    groups = (window & 0x7F).astype(np.uint64) * (_TEN < sizes[:, None])
+    raw = (groups << _SHIFTS).sum(axis=1, dtype=np.uint64)
+    return (raw >> np.uint64(1)).astype(np.int64) ^ -(raw & np.uint64(1)).astype(np.int64), sizes
+
+
+def _columns(data: bytes, count: int):
+    """(offset deltas, timestamp deltas, key column, value column) of ``count`` records with no
+    headers, found with numpy a field at a time across every record; None for anything else."""
+    size = len(data)
+    if count == 0 or size == 0:
+        return None
+    starts = np.empty(count, dtype=np.int64)
+    ends = np.empty(count, dtype=np.int64)
+    pos = 0
+    # Only the records' lengths are read one by one: where each record starts depends on the last.
+    for i in range(count):
+        if pos >= size:
+            return None
+        b = data[pos]
+        if b < 0x80:
+            length, width = (b >> 1) ^ -(b & 1), 1
+        elif pos + 1 < size and data[pos + 1] < 0x80:
+            raw = (b & 0x7F) | (data[pos + 1] << 7)
+            length, width = (raw >> 1) ^ -(raw & 1), 2
+        else:
+            return None
+        if length < 1:
+            return None
+        starts[i] = pos + width
+        pos += width + length
+        ends[i] = pos
+    if pos != size:
+        return None
+    padded = np.zeros(size + 10, dtype=np.uint8)
+    padded[:size] = np.frombuffer(data, dtype=np.uint8)
+    at = starts + 1  # past the attributes byte
+    fields = []
+    for _field in ("timestamp", "offset"):
+        found = _varints(padded, at)
+        if found is None:
+            return None
+        fields.append(found[0])
+        at = at + found[1]
+    columns = []
+    for _field in ("key", "value"):
+        found = _varints(padded, at)
+        if found is None or (found[0] < -1).any():
+            return None
+        lengths, widths = found
+        begin = at + widths
+        at = begin + np.maximum(lengths, 0)
+        if (at > ends).any():
+            return None
+        columns.append(_binary_column(padded, begin, lengths))
+    found = _varints(padded, at)
+    if found is None or found[0].any() or not np.array_equal(at + found[1], ends):
+        return None  # headers somewhere, or fields that do not add up: the exact path decides
+    return fields[1], fields[0], columns[0], columns[1]
+
+
+def _binary_column(padded: np.ndarray, begin: np.ndarray, lengths: np.ndarray) -> payload.BinaryColumn:
+    """The byte strings at ``begin`` of these ``lengths`` (-1: null), in Arrow's layout."""
+    count = len(lengths)
+    present = lengths >= 0
+    nulls = count - int(present.sum())
+    if nulls == count:
+        return payload.BinaryColumn.nulls(count)
+    sizes = np.where(present, lengths, 0)
+    offsets = np.zeros(count + 1, dtype=np.int32)
+    np.cumsum(sizes, out=offsets[1:], dtype=np.int32)
+    # Every byte inside one of the ranges, in order: +1 where a range starts, -1 where it ends.
+    marks = np.zeros(len(padded) + 1, dtype=np.int8)
+    kept = sizes > 0
+    np.add.at(marks, begin[kept], 1)
+    np.add.at(marks, begin[kept] + sizes[kept], -1)
+    inside = np.cumsum(marks[:-1], dtype=np.int8).view(bool)  # disjoint ranges: the sum is 0 or 1
+    validity = memoryview(np.packbits(present, bitorder="little").tobytes()) if nulls else None
+    return payload.BinaryColumn(count, offsets, memoryview(padded[inside].tobytes()), validity, nulls)
+
+
+def _check_offset_deltas(deltas: np.ndarray, last_delta: int) -> None:
+    if len(deltas) and (deltas[-1] != last_delta or deltas[0] < 0 or (np.diff(deltas) <= 0).any()):
+        raise CorruptRecordError("a record batch's offset deltas are not increasing up to last_offset_delta")
+
+
+def _each_record(data: bytes, count: int, header: tuple) -> KafkaBatch:
     offset_deltas, ts_deltas, keys, values, headers = [], [], [], [], []
     pos = 0
     for _ in range(count):
@@ -212,10 +337,10 @@ def _records(data: bytes, count: int, header: tuple) -> KafkaBatch:
         headers.append(pairs)
     if pos != len(data):
         raise CorruptRecordError("a record batch holds more bytes than its records")
-    if offset_deltas and (offset_deltas[-1] != header[3] or any(b <= a for a, b in zip(offset_deltas, offset_deltas[1:]))
-                          or offset_deltas[0] < 0):
-        raise CorruptRecordError("a record batch's offset deltas are not increasing up to last_offset_delta")
-    return KafkaBatch(*header, offset_deltas, ts_deltas, keys, values, headers)
+    deltas = np.array(offset_deltas, dtype=np.int64)
+    _check_offset_deltas(deltas, header[3])
+    return KafkaBatch(*header, deltas, np.array(ts_deltas, dtype=np.int64), payload.BinaryColumn.from_pylist(keys),
+                      payload.BinaryColumn.from_pylist(values), headers if any(headers) else None)
 
 
 def to_raylog(kb: KafkaBatch) -> bytearray:
@@ -225,11 +350,10 @@ def to_raylog(kb: KafkaBatch) -> bytearray:
     if kb.attributes & (CONTROL | TRANSACTIONAL):
         raise CorruptRecordError("transactional and control batches are not taken (no transactions)")
     count = kb.record_count
-    deltas = None if kb.offset_deltas == list(range(count)) else kb.offset_deltas
-    timestamps = [kb.base_timestamp + d for d in kb.timestamp_deltas]
-    out = raylog_batch.build(kb.values, kb.keys, timestamps, kb.headers if any(kb.headers) else None,
-                             payload.NAME_BY_CODEC[kb.codec], deltas, kb.last_offset_delta, 0,
-                             kb.producer_id, kb.producer_epoch, kb.base_sequence)
+    deltas = None if kb.offset_deltas[-1] == count - 1 else kb.offset_deltas.tolist()  # increasing from 0
+    out = raylog_batch.build_columns(kb.key_column, kb.value_column, kb.base_timestamp + kb.timestamp_deltas,
+                                     kb.headers, payload.NAME_BY_CODEC[kb.codec], deltas, kb.last_offset_delta, 0,
+                                     kb.producer_id, kb.producer_epoch, kb.base_sequence)
     if kb.attributes & raylog_batch.TIMESTAMP_TYPE_LOG_APPEND:
         raylog_batch.RecordBatch(out).set_log_append_time(kb.max_timestamp)
     return out
@@ -239,6 +363,77 @@ def from_raylog(batch: raylog_batch.RecordBatch) -> bytes:
     """``batch`` (a stored, intact raylog batch) as an uncompressed Kafka v2 batch."""
     cols = batch.columns()
     count = batch.record_count
+    body = _encode_columns(cols, count) if not cols.headers else _encode_each(cols, count)
+    (base_offset, _length, leader_epoch, _magic, _crc, attributes, last_delta, base_ts, max_ts, pid, pepoch,
+     base_seq, _count) = batch.header()
+    attributes &= ~raylog_batch.CODEC_MASK
+    out = bytearray(HEADER_SIZE + len(body))
+    HEADER.pack_into(out, 0, base_offset, HEADER_SIZE - raylog_batch.LOG_OVERHEAD + len(body), leader_epoch,
+                     KAFKA_MAGIC, 0, attributes, last_delta, base_ts, max_ts, pid, pepoch, base_seq, count)
+    out[HEADER_SIZE:] = body
+    _UINT32.pack_into(out, raylog_batch.CRC_POS, crc32c.crc32c(memoryview(out)[raylog_batch.ATTRIBUTES_POS:]))
+    return bytes(out)
+
+
+def _zigzag_widths(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each value zigzag-encoded (uint64) and its varint's width in bytes."""
+    raw = ((values << 1) ^ (values >> 63)).astype(np.uint64)
+    widths = np.ones(len(values), dtype=np.int64)
+    for k in range(1, 10):
+        widths += (raw >> np.uint64(7 * k)) != 0
+    return raw, widths
+
+
+def _put_varints(out: np.ndarray, at: np.ndarray, raw: np.ndarray, widths: np.ndarray) -> None:
+    for k in range(int(widths.max())):
+        rows = widths > k
+        group = ((raw[rows] >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
+        out[at[rows] + k] = group | np.where(widths[rows] > k + 1, 0x80, 0).astype(np.uint8)
+
+
+def _encode_columns(cols: payload.Columns, count: int) -> bytes:
+    """Kafka's records of a batch without headers, built with numpy a field at a time."""
+    ts_raw, ts_w = _zigzag_widths(cols.timestamp_deltas.astype(np.int64))
+    deltas = np.arange(count, dtype=np.int64) if cols.offset_deltas is None else cols.offset_deltas.astype(np.int64)
+    od_raw, od_w = _zigzag_widths(deltas)
+    key_len = np.where(cols.keys.present(), cols.keys.lengths(), -1)
+    value_len = np.where(cols.values.present(), cols.values.lengths(), -1)
+    kl_raw, kl_w = _zigzag_widths(key_len)
+    vl_raw, vl_w = _zigzag_widths(value_len)
+    key_size, value_size = np.maximum(key_len, 0), np.maximum(value_len, 0)
+    # attributes (1), timestamp, offset, key length, key, value length, value, header count (1: 0)
+    body = 1 + ts_w + od_w + kl_w + key_size + vl_w + value_size + 1
+    len_raw, len_w = _zigzag_widths(body)
+    ends = np.cumsum(len_w + body)
+    starts = ends - len_w - body
+    out = np.zeros(int(ends[-1]), dtype=np.uint8)
+    _put_varints(out, starts, len_raw, len_w)
+    at = starts + len_w + 1
+    for raw, widths in ((ts_raw, ts_w), (od_raw, od_w), (kl_raw, kl_w)):
+        _put_varints(out, at, raw, widths)
+        at = at + widths
+    _fill(out, at, key_size, cols.keys)
+    at = at + key_size
+    _put_varints(out, at, vl_raw, vl_w)
+    at = at + vl_w
+    _fill(out, at, value_size, cols.values)
+    return out.tobytes()
+
+
+def _fill(out: np.ndarray, at: np.ndarray, sizes: np.ndarray, column: payload.BinaryColumn) -> None:
+    """Each entry of ``column`` (its bytes, in order) at ``at`` in ``out``."""
+    kept = sizes > 0
+    if not kept.any():
+        return
+    marks = np.zeros(len(out) + 1, dtype=np.int8)
+    np.add.at(marks, at[kept], 1)
+    np.add.at(marks, at[kept] + sizes[kept], -1)
+    # The ranges are disjoint: the running sum is 0 or 1, a bool array as it stands.
+    out[np.cumsum(marks[:-1], dtype=np.int8).view(bool)] = np.frombuffer(column.data, dtype=np.uint8)[:int(sizes.sum())]
+
+
+def _encode_each(cols: payload.Columns, count: int) -> bytearray:
+    """Kafka's records of a batch with headers, one record at a time."""
     keys, values = cols.keys.to_pylist(), cols.values.to_pylist()
     deltas = range(count) if cols.offset_deltas is None else cols.offset_deltas.tolist()
     ts = cols.timestamp_deltas.tolist()
@@ -269,15 +464,7 @@ def from_raylog(batch: raylog_batch.RecordBatch) -> bytes:
                 record += hvalue
         _put_varint(body, len(record))
         body += record
-    (base_offset, _length, leader_epoch, _magic, _crc, attributes, last_delta, base_ts, max_ts, pid, pepoch,
-     base_seq, _count) = batch.header()
-    attributes &= ~raylog_batch.CODEC_MASK
-    out = bytearray(HEADER_SIZE + len(body))
-    HEADER.pack_into(out, 0, base_offset, HEADER_SIZE - raylog_batch.LOG_OVERHEAD + len(body), leader_epoch,
-                     KAFKA_MAGIC, 0, attributes, last_delta, base_ts, max_ts, pid, pepoch, base_seq, count)
-    out[HEADER_SIZE:] = body
-    _UINT32.pack_into(out, raylog_batch.CRC_POS, crc32c.crc32c(memoryview(out)[raylog_batch.ATTRIBUTES_POS:]))
-    return bytes(out)
+    return body
 
 
 def from_raylog_log(data) -> bytes:
