@@ -47,8 +47,9 @@ SET, DELETE = 0, 1
 """IncrementalAlterConfigs' operations (APPEND 2 and SUBTRACT 3 are for list configs)."""
 BROKERS_MAX_AGE_S = 2.0
 """The listeners' addresses are asked of the controller again after this long."""
-GROUP_APIS = frozenset({8, 9, 11, 12, 13, 14, 15, 16, 42, 47, 68})
-"""The APIs only the group-coordinating listener answers (others say NOT_COORDINATOR)."""
+GROUP_APIS = frozenset({8, 9, 11, 12, 13, 14, 15, 42, 47, 68})
+"""The APIs only the group-coordinating listener answers (others say NOT_COORDINATOR). ListGroups
+is not one: admin clients ask every broker for the groups it coordinates, and the others have none."""
 METADATA_MAX_AGE_S = 1.0
 """A partition's leader is looked up again after this long, or at once after a leadership error."""
 COORDINATOR_WAIT_S = 5.0
@@ -142,18 +143,22 @@ class BrokerApi:
     async def metadata(self, body, cls):
         if self._cluster_id is None:
             self._cluster_id = await self._cluster_id_now()
-        unknown_ids = []
+        unknown_ids, by_id = [], set()
         if body.topics is None or (cls.__version__ == 0 and not body.topics):  # v0: empty means all
             names = await asyncio.to_thread(self.cluster.admin().list_topics)
         else:
             names = []
             for t in body.topics:
-                # v10 on: a topic named by id alone (a KIP-848 member resolving its assignment).
-                name = t.name if t.name is not None else await self._topic_name(getattr(t, "topic_id", None))
+                if t.name is not None:
+                    names.append(t.name)
+                    continue
+                # v12: a topic named by id alone (a KIP-848 member resolving its assignment).
+                name = await self._topic_name(getattr(t, "topic_id", None))
                 if name is None:
                     unknown_ids.append(t.topic_id)
                 else:
                     names.append(name)
+                    by_id.add(name)
         # Kafka clients send allow_auto_topic_creation=True unless told otherwise, so a wire client's
         # True is not an explicit ask: it creates a topic only where the cluster says any client may.
         asked = None if getattr(body, "allow_auto_topic_creation", True) else False
@@ -162,7 +167,8 @@ class BrokerApi:
         topics = []
         for name in names:
             try:
-                info = await asyncio.to_thread(self.cluster.metadata.topic, name, 0.0, create)
+                info = await asyncio.to_thread(self.cluster.metadata.topic, name, 0.0,
+                                               None if name in by_id else create)
             except errors.RaylogError as exc:
                 topics.append(_make(topic_cls, error_code=error_code(exc), name=name, topic_id=None,
                                     is_internal=False, partitions=(), topic_authorized_operations=-2147483648))
@@ -206,13 +212,24 @@ class BrokerApi:
         return topic_id
 
     async def _topic_name(self, topic_id: uuid.UUID | None) -> str | None:
-        """The name of the topic with Kafka id ``topic_id``; None if no topic has it (deleted)."""
+        """The name of the topic with Kafka id ``topic_id``; None if no topic has it (deleted, or
+        deleted and created again under its name: a new id)."""
         if topic_id is None:
             return None
         if topic_id not in self._topic_names:
             for desc in await asyncio.to_thread(self.cluster.admin().describe_topics):
                 self._topic_uuid(desc)
-        return self._topic_names.get(topic_id)
+        name = self._topic_names.get(topic_id)
+        if name is None:
+            return None
+        try:
+            current = (await self._topic(name)).description.topic_id
+        except errors.UnknownTopicOrPartitionError:
+            current = None
+        if current != topic_id.hex:
+            self._topic_names.pop(topic_id, None)
+            return None
+        return name
 
     async def _leader(self, topic: str, partition: int):
         info = await self._topic(topic)
@@ -433,7 +450,7 @@ class BrokerApi:
                 lookup.add_done_callback(lambda _: self._lookups.pop(group_id, None))
             try:
                 coordinator = await asyncio.wait_for(asyncio.shield(lookup), max(deadline - time.monotonic(), 0.001))
-                return await asyncio.wait_for(_awaited(getattr(coordinator, method).remote(*args)),
+                return await asyncio.wait_for(getattr(coordinator, method).remote(*args),
                                               max(deadline - time.monotonic(), 0.001))
             except asyncio.TimeoutError:
                 raise errors.CoordinatorNotAvailableError(
@@ -459,6 +476,16 @@ class BrokerApi:
     async def consumer_group_heartbeat(self, body, cls):
         """KIP-848's ConsumerGroupHeartbeat: raylog's own coordinator runs such groups (its
         heartbeat is this API's), so the listener only names topics by id on the way in and out."""
+        try:
+            return await self._consumer_group_heartbeat(body, cls)
+        except Exception as exc:  # noqa: BLE001 - the member's error code
+            exc = ray_calls.translate(exc)
+            return _make(cls, throttle_time=NO_THROTTLE,
+                         error_code=self._code_of(body.group_id, exc, ErrorCode.coordinator_not_available),
+                         error_message=str(exc)[:500], member_id=None, member_epoch=-1,
+                         heartbeat_interval=datetime.timedelta(0), assignment=None)
+
+    async def _consumer_group_heartbeat(self, body, cls):
         owned = None
         if body.topic_partitions is not None:
             owned = []
@@ -479,14 +506,7 @@ class BrokerApi:
             return _make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.unsupported_assignor,
                          error_message=f"assignors served: {', '.join(ASSIGNORS)}", member_id=None, member_epoch=-1,
                          heartbeat_interval=datetime.timedelta(0), assignment=None)
-        try:
-            answer = await self._coordinator_call(body.group_id, "heartbeat", request)
-        except Exception as exc:  # noqa: BLE001 - the member's error code
-            exc = ray_calls.translate(exc)
-            return _make(cls, throttle_time=NO_THROTTLE,
-                         error_code=self._code_of(body.group_id, exc, ErrorCode.coordinator_not_available),
-                         error_message=str(exc)[:500], member_id=None, member_epoch=-1,
-                         heartbeat_interval=datetime.timedelta(0), assignment=None)
+        answer = await self._coordinator_call(body.group_id, "heartbeat", request)
         by_topic: dict[str, list[int]] = {}
         for t, p in answer["assignment"]:
             by_topic.setdefault(t, []).append(p)
@@ -766,8 +786,11 @@ def _not_coordinator(cls, body):
     code = ErrorCode.not_coordinator
     fields = cls.__dataclass_fields__
     values = {"throttle_time": NO_THROTTLE, "error_code": code, "generation_id": -1, "leader": "", "member_id": "",
-              "members": (), "assignment": b"", "protocol_type": None, "protocol_name": None, "groups": (),
+              "members": (), "assignment": b"", "protocol_type": None, "protocol_name": "", "groups": (),
               "results": (), "topics": (), "skip_assignment": False}
+    if "heartbeat_interval" in fields:  # ConsumerGroupHeartbeat: no member, no assignment
+        values.update(member_id=None, member_epoch=-1, heartbeat_interval=datetime.timedelta(0), assignment=None,
+                      error_message=None)
     if "groups" in fields and getattr(body, "groups", None):  # DescribeGroups: each group's answer
         entry = _item(cls, "groups")
         values["groups"] = tuple(_make(entry, error_code=code, group_id=g, group_state="", protocol_type="",
@@ -785,7 +808,3 @@ def _not_coordinator(cls, body):
             for p in getattr(t, "partitions", ()))) for t in body.topics)
     return _make(cls, **values)
 
-
-async def _awaited(ref):
-    """An ObjectRef as a coroutine (asyncio.wait_for wants one)."""
-    return await ref

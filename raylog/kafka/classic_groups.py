@@ -367,11 +367,13 @@ def _subscription_topics(metadata: bytes) -> list[str]:
     """The topics of a ConsumerProtocolSubscription (every version starts: int16 version, then an
     array of int16-length strings; the user data and owned partitions after them are not read)."""
     (count,) = struct.unpack_from(">i", metadata, 2)
+    if not 0 <= count <= (len(metadata) - 6) // 2:
+        raise struct.error(f"a subscription claims {count} topics")
     at, topics = 6, []
-    for _ in range(max(count, 0)):
+    for _ in range(count):
         (size,) = struct.unpack_from(">h", metadata, at)
+        if size < 0 or at + 2 + size > len(metadata):
+            raise struct.error("a subscription's topic name runs past its end")
         topics.append(metadata[at + 2:at + 2 + size].decode())
         at += 2 + size
-    if at > len(metadata):
-        raise struct.error("a subscription's topic runs past its end")
     return topics

@@ -36,6 +36,7 @@ _CODES: dict[type, ErrorCode] = {
     e.UnknownMemberIdError: ErrorCode.unknown_member_id,
     e.FencedMemberEpochError: ErrorCode.fenced_member_epoch,
     e.StaleMemberEpochError: ErrorCode.stale_member_epoch,
+    e.CommitFailedError: ErrorCode.illegal_generation,
     e.UnreleasedInstanceIdError: ErrorCode.unreleased_instance_id,
     e.GroupIdNotFoundError: ErrorCode.group_id_not_found,
     e.NonEmptyGroupError: ErrorCode.non_empty_group,

@@ -25,8 +25,9 @@ compressing costs the listener's CPU to save loopback bytes).
 
 Both ways have two paths. Records without headers (the common case) are read and written a field
 at a time across the whole batch with numpy (2x and 3.5x the record-at-a-time paths, measured in
-docs/performance.md); records with headers, and bytes the column path does not expect, go one
-record at a time, which also names what is wrong with a damaged batch.
+docs/performance.md); batches with headers, with a record of 8 KiB or more (its length a varint
+of 3 bytes or more), and bytes the column path does not expect go one record at a time, which
+also names what is wrong with a damaged batch.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ _INT32 = struct.Struct(">i")
 
 @dataclass(frozen=True, slots=True)
 class KafkaBatch:
-    """One decoded Kafka batch: its header fields and one entry per record in each list."""
+    """One decoded Kafka batch: its header fields and one entry per record in each column."""
 
     base_offset: int
     leader_epoch: int
@@ -83,10 +84,12 @@ class KafkaBatch:
 
     @property
     def keys(self) -> list[bytes | None]:
+        """The keys as Python objects (one per record: for tests and tools, not the hot path)."""
         return self.key_column.to_pylist()
 
     @property
     def values(self) -> list[bytes | None]:
+        """The values as Python objects (one per record: for tests and tools, not the hot path)."""
         return self.value_column.to_pylist()
 
 
@@ -98,6 +101,8 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
             raise CorruptRecordError("a record's varint runs past the end of the batch")
         b = buf[pos]
         pos += 1
+        if shift == 63 and b > 1:
+            raise CorruptRecordError("a record's varint does not fit 64 bits")
         result |= (b & 0x7F) << shift
         if not b & 0x80:
             return (result >> 1) ^ -(result & 1), pos
@@ -222,11 +227,12 @@ def _varints(padded: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return (raw >> np.uint64(1)).astype(np.int64) ^ -(raw & np.uint64(1)).astype(np.int64), sizes
 
 
-def _columns(data: bytes, count: int):
+def _columns(data: bytes, count: int) -> tuple[np.ndarray, np.ndarray, payload.BinaryColumn,
+                                                payload.BinaryColumn] | None:
     """(offset deltas, timestamp deltas, key column, value column) of ``count`` records with no
     headers, found with numpy a field at a time across every record; None for anything else."""
     size = len(data)
-    if count == 0 or size == 0:
+    if count == 0 or size == 0 or count > size // 2:  # a record is at least 2 bytes
         return None
     starts = np.empty(count, dtype=np.int64)
     ends = np.empty(count, dtype=np.int64)
@@ -252,16 +258,20 @@ def _columns(data: bytes, count: int):
         return None
     padded = np.zeros(size + 10, dtype=np.uint8)
     padded[:size] = np.frombuffer(data, dtype=np.uint8)
+    # Each field is read for every record at once; a record whose fields run past its end goes to
+    # the exact path before the next read (the padding covers one varint past the data, no more).
     at = starts + 1  # past the attributes byte
-    fields = []
-    for _field in ("timestamp", "offset"):
+    deltas = []
+    for _timestamp_then_offset in range(2):
         found = _varints(padded, at)
         if found is None:
             return None
-        fields.append(found[0])
+        deltas.append(found[0])
         at = at + found[1]
+        if (at > ends).any():
+            return None
     columns = []
-    for _field in ("key", "value"):
+    for _key_then_value in range(2):
         found = _varints(padded, at)
         if found is None or (found[0] < -1).any():
             return None
@@ -274,7 +284,7 @@ def _columns(data: bytes, count: int):
     found = _varints(padded, at)
     if found is None or found[0].any() or not np.array_equal(at + found[1], ends):
         return None  # headers somewhere, or fields that do not add up: the exact path decides
-    return fields[1], fields[0], columns[0], columns[1]
+    return deltas[1], deltas[0], columns[0], columns[1]
 
 
 def _binary_column(padded: np.ndarray, begin: np.ndarray, lengths: np.ndarray) -> payload.BinaryColumn:
@@ -287,14 +297,20 @@ def _binary_column(padded: np.ndarray, begin: np.ndarray, lengths: np.ndarray) -
     sizes = np.where(present, lengths, 0)
     offsets = np.zeros(count + 1, dtype=np.int32)
     np.cumsum(sizes, out=offsets[1:], dtype=np.int32)
-    # Every byte inside one of the ranges, in order: +1 where a range starts, -1 where it ends.
-    marks = np.zeros(len(padded) + 1, dtype=np.int8)
-    kept = sizes > 0
-    np.add.at(marks, begin[kept], 1)
-    np.add.at(marks, begin[kept] + sizes[kept], -1)
-    inside = np.cumsum(marks[:-1], dtype=np.int8).view(bool)  # disjoint ranges: the sum is 0 or 1
+    inside = _ranges_mask(len(padded), begin, sizes)
     validity = memoryview(np.packbits(present, bitorder="little").tobytes()) if nulls else None
     return payload.BinaryColumn(count, offsets, memoryview(padded[inside].tobytes()), validity, nulls)
+
+
+def _ranges_mask(length: int, begin: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """A bool per byte of a ``length``-byte buffer: True inside one of the ranges [begin, begin +
+    size). The ranges are disjoint and in order (one record's field each): +1 where each starts,
+    -1 where it ends, and the running sum is 0 or 1, a bool array as it stands."""
+    kept = sizes > 0
+    marks = np.zeros(length + 1, dtype=np.int8)
+    marks[begin[kept]] = 1
+    marks[begin[kept] + sizes[kept]] -= 1  # -= : a range may end where the next one starts
+    return np.cumsum(marks[:-1], dtype=np.int8).view(bool)
 
 
 def _check_offset_deltas(deltas: np.ndarray, last_delta: int) -> None:
@@ -350,7 +366,8 @@ def to_raylog(kb: KafkaBatch) -> bytearray:
     if kb.attributes & (CONTROL | TRANSACTIONAL):
         raise CorruptRecordError("transactional and control batches are not taken (no transactions)")
     count = kb.record_count
-    deltas = None if kb.offset_deltas[-1] == count - 1 else kb.offset_deltas.tolist()  # increasing from 0
+    # Deltas strictly increasing from >= 0 (checked at decode) that end at count - 1 are 0..count-1.
+    deltas = None if kb.offset_deltas[-1] == count - 1 else kb.offset_deltas.tolist()
     out = raylog_batch.build_columns(kb.key_column, kb.value_column, kb.base_timestamp + kb.timestamp_deltas,
                                      kb.headers, payload.NAME_BY_CODEC[kb.codec], deltas, kb.last_offset_delta, 0,
                                      kb.producer_id, kb.producer_epoch, kb.base_sequence)
@@ -363,7 +380,8 @@ def from_raylog(batch: raylog_batch.RecordBatch) -> bytes:
     """``batch`` (a stored, intact raylog batch) as an uncompressed Kafka v2 batch."""
     cols = batch.columns()
     count = batch.record_count
-    body = _encode_columns(cols, count) if not cols.headers else _encode_each(cols, count)
+    by_columns = not cols.headers and all(_nulls_are_empty(c) for c in (cols.keys, cols.values))
+    body = _encode_columns(cols, count) if by_columns else _encode_each(cols, count)
     (base_offset, _length, leader_epoch, _magic, _crc, attributes, last_delta, base_ts, max_ts, pid, pepoch,
      base_seq, _count) = batch.header()
     attributes &= ~raylog_batch.CODEC_MASK
@@ -373,6 +391,12 @@ def from_raylog(batch: raylog_batch.RecordBatch) -> bytes:
     out[HEADER_SIZE:] = body
     _UINT32.pack_into(out, raylog_batch.CRC_POS, crc32c.crc32c(memoryview(out)[raylog_batch.ATTRIBUTES_POS:]))
     return bytes(out)
+
+
+def _nulls_are_empty(column: payload.BinaryColumn) -> bool:
+    """Whether the column's data is exactly its entries' bytes (a null spanning bytes is legal in
+    Arrow's layout, and the column encoder copies the data as a whole)."""
+    return column.null_count == 0 or column.offsets is None or not column.lengths()[~column.present()].any()
 
 
 def _zigzag_widths(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -422,14 +446,8 @@ def _encode_columns(cols: payload.Columns, count: int) -> bytes:
 
 def _fill(out: np.ndarray, at: np.ndarray, sizes: np.ndarray, column: payload.BinaryColumn) -> None:
     """Each entry of ``column`` (its bytes, in order) at ``at`` in ``out``."""
-    kept = sizes > 0
-    if not kept.any():
-        return
-    marks = np.zeros(len(out) + 1, dtype=np.int8)
-    np.add.at(marks, at[kept], 1)
-    np.add.at(marks, at[kept] + sizes[kept], -1)
-    # The ranges are disjoint: the running sum is 0 or 1, a bool array as it stands.
-    out[np.cumsum(marks[:-1], dtype=np.int8).view(bool)] = np.frombuffer(column.data, dtype=np.uint8)[:int(sizes.sum())]
+    if sizes.any():
+        out[_ranges_mask(len(out), at, sizes)] = np.frombuffer(column.data, dtype=np.uint8)[:int(sizes.sum())]
 
 
 def _encode_each(cols: payload.Columns, count: int) -> bytearray:

@@ -61,7 +61,9 @@ class Paths:
         from kafka import KafkaConsumer, KafkaProducer
 
         self.topic = f"paths-{uuid.uuid4().hex[:8]}"
-        cluster.admin().create_topic(self.topic, 1)
+        # Kept for good: the records' timestamps go back to 1970, and time-based retention would
+        # delete them under the readers.
+        cluster.admin().create_topic(self.topic, 1, retention_ms=-1)
         self.raylog_producer = cluster.producer(acks="all")
         self.kafka_producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
         self.confluent_producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all",
@@ -82,6 +84,7 @@ class Paths:
         self.raylog_producer.close()
         self.kafka_producer.close()
         self.confluent_producer.flush(10)
+        self.confluent_producer = None  # librdkafka's threads end with their client, not with the cluster
         self.raylog_consumer.close()
         self.kafka_consumer.close()
         self.confluent_consumer.close()

@@ -801,6 +801,8 @@ class Workload:
         self.stream = Stream(out, self.lossy_errors) if out is not None else None
         self.stream_restarts = 0
         self.kafka = self._kafka_clients()
+        self.kafka_rng = random.Random(rng.getrandbits(32))
+        """The Kafka group's own draws (who joins and leaves when), apart from the faults'."""
         self.kafka_commits = 0
         self.kafka_errors: list[str] = []
         self.kafka_acknowledged: dict[int, int] = {}
@@ -813,9 +815,11 @@ class Workload:
     def supervise(self, since: float | None = None) -> None:
         """Keep the group, the node producers and the stream running (``since``: GroupWorkload.supervise)."""
         self.group.supervise(since)
-        if self.rng.random() < 0.15:
+        self.kafka.top_up()
+        if self.kafka_rng.random() < 0.15:
+            started = time.monotonic()
             self.kafka.rotate()
-            self.progress.group_changes.append((time.monotonic(), time.monotonic()))
+            self.progress.group_changes.append((started, time.monotonic()))
         if self.stream is not None and self.stream.stuck(self.sim.cluster):
             # RayDP does not replace a lost executor (Ray ends one whose actor was leased through a
             # node that died), so a stream that stopped moving starts again from its checkpoint:

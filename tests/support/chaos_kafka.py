@@ -99,6 +99,14 @@ class KafkaClients:
             self._members.append((stop, thread))
         thread.start()
 
+    def top_up(self) -> None:
+        """A member whose thread ended (its error is in ``errors``) is replaced."""
+        with self._lock:
+            self._members = [(stop, thread) for stop, thread in self._members if thread.is_alive()]
+            missing = KAFKA_MEMBERS - len(self._members)
+        for _ in range(missing):
+            self.add_member()
+
     def rotate(self) -> None:
         """A new member joins, then the oldest leaves (a scale-out then scale-in)."""
         self.add_member()
@@ -173,3 +181,6 @@ class KafkaClients:
             stop.set()
         for _, thread in members:
             thread.join(timeout=60)
+        # librdkafka's threads end with the last reference to their client (they would otherwise
+        # go on reconnecting to the ended cluster's ports).
+        self.producer = None

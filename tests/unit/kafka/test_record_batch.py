@@ -164,3 +164,36 @@ def test_the_column_decoder_refuses_what_the_record_decoder_refuses():
         kb._records(bytes(body), 3, (0, -1, 0, 2, 5, 5, -1, -1, -1))
     with pytest.raises(CorruptRecordError):
         kb._records(bytes(good[kb.HEADER_SIZE:]) + b"\x00", 3, (0, -1, 0, 2, 5, 5, -1, -1, -1))
+    with pytest.raises(CorruptRecordError):  # the last record claims 1 byte: its fields run past the data
+        kb._records(b"\x02\x00", 1, (0, -1, 0, 0, 0, 0, -1, -1, -1))
+
+
+@settings(max_examples=300, deadline=None)
+@given(body=st.binary(max_size=64), count=st.integers(0, 12), records=st.lists(no_headers, min_size=1, max_size=4),
+       cut=st.integers(0, 400), flip=st.integers(0, 400))
+def test_both_record_decoders_agree_on_any_bytes(body, count, records, cut, flip):
+    """Garbage, and whole records cut short or with a byte changed: the column path reads exactly
+    what the record-at-a-time path reads, or both refuse with CorruptRecordError (never another
+    error: a damaged last record once sent the column path's reads past its padding)."""
+    good = kafka_batch(records)[kb.HEADER_SIZE:]
+    damaged = bytearray(good[:max(len(good) - cut % 5, 1)])
+    damaged[flip % len(damaged)] ^= 0x7F
+    header = (0, -1, 0, max(count - 1, 0), 0, 0, -1, -1, -1)
+    for data, n in ((body, count), (bytes(damaged), len(records)), (bytes(damaged), count)):
+        header = (0, -1, 0, max(n - 1, 0), 0, 0, -1, -1, -1)
+        try:
+            exact = kb._each_record(data, n, header)
+        except CorruptRecordError:
+            with pytest.raises(CorruptRecordError):
+                kb._records(data, n, header)
+            continue
+        columns = kb._records(data, n, header)
+        assert (columns.keys, columns.values) == (exact.keys, exact.values)
+        assert columns.timestamp_deltas.tolist() == exact.timestamp_deltas.tolist()
+        assert columns.offset_deltas.tolist() == exact.offset_deltas.tolist()
+
+
+def test_a_varint_past_64_bits_is_a_corrupt_record():
+    record = b"\x00" + b"\xff" * 9 + b"\x7f" + b"\x00\x01\x01\x00"  # attributes, an 11-bit 10th byte, ...
+    with pytest.raises(CorruptRecordError):
+        kb._records(bytes([len(record) * 2]) + record, 1, (0, -1, 0, 0, 0, 0, -1, -1, -1))
