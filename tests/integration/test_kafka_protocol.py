@@ -40,6 +40,20 @@ def new_topic(cluster, partitions: int = 2) -> str:
     return name
 
 
+def fill(cluster, topic: str, partitions: int, first: int, last: int, prefix: bytes = b"") -> None:
+    """Records ``prefix`` + i for i in [first, last), round-robin over the partitions, acks=all."""
+    producer = cluster.producer(acks="all")
+    for i in range(first, last):
+        producer.send(topic, value=prefix + b"%d" % i, partition=i % partitions)
+    producer.flush()
+    producer.close()
+
+
+def committed(cluster, group: str) -> dict[int, int]:
+    """The group's committed offset per partition, as raylog's admin reads it."""
+    return {tp.partition: om.offset for tp, om in cluster.admin().list_consumer_group_offsets(group).items()}
+
+
 def kafka_read(bootstrap: str, topic: str, partitions: int, count: int) -> list:
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
                              enable_auto_commit=False, consumer_timeout_ms=TIMEOUT_MS)
@@ -442,11 +456,7 @@ def test_a_kafka_python_group_of_three_processes_rebalances_as_members_leave_and
 def test_a_confluent_kafka_group_splits_partitions_reads_everything_and_commits(cluster, bootstrap, assignor):
     confluent_kafka = pytest.importorskip("confluent_kafka")
     topic, group = new_topic(cluster, 4), f"ck-{assignor}-{uuid.uuid4().hex[:6]}"
-    producer = cluster.producer(acks="all")
-    for i in range(400):
-        producer.send(topic, value=b"%d" % i, partition=i % 4)
-    producer.flush()
-    producer.close()
+    fill(cluster, topic, 4, 0, 400)
     config = {"bootstrap.servers": bootstrap, "group.id": group, "partition.assignment.strategy": assignor,
               "auto.offset.reset": "earliest", "enable.auto.commit": False, "session.timeout.ms": 10000}
     members = [confluent_kafka.Consumer(config) for _ in range(2)]
@@ -454,11 +464,6 @@ def test_a_confluent_kafka_group_splits_partitions_reads_everything_and_commits(
     try:
         for m in members:
             m.subscribe([topic])
-
-        admin = cluster.admin()
-
-        def committed() -> dict:
-            return {tp.partition: om.offset for tp, om in admin.list_consumer_group_offsets(group).items()}
 
         def balanced_read_and_committed() -> bool:
             for m in members:
@@ -469,9 +474,9 @@ def test_a_confluent_kafka_group_splits_partitions_reads_everything_and_commits(
                 except confluent_kafka.KafkaException:
                     pass  # nothing new to commit, or a rebalance under way: the next round commits
             sizes = sorted(len(m.assignment()) for m in members)
-            return sizes == [2, 2] and committed() == {p: 100 for p in range(4)}
+            return sizes == [2, 2] and committed(cluster, group) == {p: 100 for p in range(4)}
         wait_for(balanced_read_and_committed, timeout_s=120, interval_s=0,
-                 describe=lambda: ([m.assignment() for m in members], committed()))
+                 describe=lambda: ([m.assignment() for m in members], committed(cluster, group)))
     finally:
         for m in members:
             m.close()
@@ -582,17 +587,12 @@ def test_fuzzed_frames_are_answered_or_closed_and_change_nothing(cluster, bootst
 @pytest.mark.skipif(KCAT is None, reason="kcat is not installed (make test installs it from Debian where it can)")
 def test_kcat_group_mode_reads_every_partition_and_commits(cluster, bootstrap):
     topic, group = new_topic(cluster, 3), f"kcat-{uuid.uuid4().hex[:6]}"
-    producer = cluster.producer(acks="all")
-    for i in range(90):
-        producer.send(topic, value=b"g%d" % i, partition=i % 3)
-    producer.flush()
-    producer.close()
+    fill(cluster, topic, 3, 0, 90, prefix=b"g")
     done = subprocess.run([KCAT, "-b", bootstrap, "-G", group, "-o", "beginning", "-e", "-f", "%p:%s\n", topic],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert sorted(done.stdout.split()) == sorted(f"{i % 3}:g{i}" for i in range(90))
-    offsets = cluster.admin().list_consumer_group_offsets(group)
-    assert {tp.partition: om.offset for tp, om in offsets.items()} == {0: 30, 1: 30, 2: 30}
+    assert committed(cluster, group) == {0: 30, 1: 30, 2: 30}
 
 
 
@@ -641,15 +641,11 @@ def test_a_kip848_confluent_kafka_member_and_a_raylog_consumer_share_one_group(c
     raylog consumer leaves, the librdkafka member takes every partition and reads what comes next."""
     confluent_kafka = pytest.importorskip("confluent_kafka")
     topic, group, partitions = new_topic(cluster, 4), f"kip848-{uuid.uuid4().hex[:6]}", 4
-    producer = cluster.producer(acks="all")
     wire = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
                                      "auto.offset.reset": "earliest", "enable.auto.commit": False})
     mine = cluster.consumer(group_id=group, auto_offset_reset="earliest", enable_auto_commit=False)
     read: list = []
     admin = cluster.admin()
-
-    def committed() -> dict:
-        return {tp.partition: om.offset for tp, om in admin.list_consumer_group_offsets(group).items()}
 
     def poll_both() -> None:
         msgs = [m for m in wire.consume(100, 0.2) if m.error() is None]
@@ -665,11 +661,6 @@ def test_a_kip848_confluent_kafka_member_and_a_raylog_consumer_share_one_group(c
             if got:
                 mine.commit()
 
-    def send(first: int, last: int) -> None:
-        for i in range(first, last):
-            producer.send(topic, value=b"%d" % i, partition=i % partitions)
-        producer.flush()
-
     try:
         wire.subscribe([topic])
         mine.subscribe([topic])
@@ -678,22 +669,21 @@ def test_a_kip848_confluent_kafka_member_and_a_raylog_consumer_share_one_group(c
                  timeout_s=120, interval_s=0, describe=lambda: (wire.assignment(), mine.assignment()))
         held = {"wire": {tp.partition for tp in wire.assignment()}, "raylog": {tp.partition for tp in mine.assignment()}}
         assert held["wire"] | held["raylog"] == set(range(partitions))
-        send(0, 400)
-        wait_for(lambda: poll_both() or committed() == {p: 100 for p in range(partitions)}, timeout_s=120,
-                 interval_s=0, describe=lambda: (wire.assignment(), mine.assignment(), committed()))
+        fill(cluster, topic, partitions, 0, 400)
+        wait_for(lambda: poll_both() or committed(cluster, group) == {p: 100 for p in range(partitions)}, timeout_s=120,
+                 interval_s=0, describe=lambda: (wire.assignment(), mine.assignment(), committed(cluster, group)))
         assert {reader: {p for r, p, _ in read if r == reader} for reader in held} == held
         assert sorted((p, o) for _, p, o in read) == [(p, o) for p in range(partitions) for o in range(100)]
         described = admin.describe_consumer_groups([group])[0]
         assert len(described["members"]) == 2 and described["state"].lower() == "stable", described
         mine.close()
         mine = None
-        send(400, 480)
-        wait_for(lambda: poll_both() or committed() == {p: 120 for p in range(partitions)}, timeout_s=120,
-                 interval_s=0, describe=lambda: (wire.assignment(), committed()))
+        fill(cluster, topic, partitions, 400, 480)
+        wait_for(lambda: poll_both() or committed(cluster, group) == {p: 120 for p in range(partitions)}, timeout_s=120,
+                 interval_s=0, describe=lambda: (wire.assignment(), committed(cluster, group)))
         assert len(wire.assignment()) == partitions
         assert sorted((p, o) for _, p, o in read) == [(p, o) for p in range(partitions) for o in range(120)]
     finally:
         wire.close()
         if mine is not None:
             mine.close()
-        producer.close()
