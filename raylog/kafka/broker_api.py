@@ -303,9 +303,7 @@ class BrokerApi:
     def _failure(self, topic: str, exc: BaseException) -> tuple:
         exc = ray_calls.translate(exc)
         self._forget(topic, exc)
-        if not isinstance(exc, errors.RaylogError):
-            logger.warning("kafka listener: %s failed: %r", topic, exc)
-        return error_code(exc), -1, -1, str(exc)[:500]
+        return self._code_of(topic, exc), -1, -1, str(exc)[:500]
 
     # --- fetch -------------------------------------------------------------------------------
 
@@ -464,8 +462,8 @@ class BrokerApi:
 
     @staticmethod
     def _code_of(subject: str, exc: BaseException, retriable: ErrorCode | None = None) -> ErrorCode:
-        """A group's or an admin call's failure as Kafka's code (no topic's metadata is at fault);
-        ``retriable``: the code for any retriable failure (what a group's client retries on)."""
+        """A failure as Kafka's code, one not of raylog's own logged; ``retriable``: the code for
+        any retriable failure (what a group's client retries on)."""
         exc = ray_calls.translate(exc)
         if not isinstance(exc, errors.RaylogError):
             logger.warning("kafka listener: %s failed: %r", subject, exc)
