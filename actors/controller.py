@@ -121,6 +121,8 @@ class Controller:
         self._identity = identity.to_list() if identity is not None else None
         """Sent with every heartbeat answer: a replica on this host tells a busy controller from a stopped one."""
         self.state = ControllerState()
+        self._state_changed = asyncio.Event()
+        """Set on every committed change and every replica coming alive: what a drain waits for."""
         for record in self._read_metadata_log():
             self.state.replay(record)
         self.metrics = ControllerMetrics()
@@ -237,6 +239,7 @@ class Controller:
         for r in records:
             self._record_events(r, reason)
             self.state.replay(r)
+        self._state_changed.set()
 
     def _record_events(self, record: dict, reason: str) -> None:
         """Log and count the operational events of one committed record (before it is replayed)."""
@@ -746,6 +749,7 @@ class Controller:
 
     def _mark_alive(self, key: tuple) -> None:
         self.alive.add(key)
+        self._state_changed.set()
         self._seen[key] = max(self._seen.get(key, 0.0), time.monotonic())
         task = self._watchers.get(key)
         if task is None or task.done():
@@ -994,17 +998,20 @@ class Controller:
                 self.state.partition(t, p)
         return self._elect_preferred(wanted)
 
-    async def drain_node(self, node_id: int, cancel: bool = False) -> dict:
+    async def drain_node(self, node_id: int, cancel: bool = False, timeout_ms: int = 0) -> dict:
         """Kafka's controlled shutdown of one node: it is marked draining (no leadership, no new
         replicas, not added to any ISR, until it restarts), leadership of every partition it leads
         moves to another live in-sync replica, and its replicas leave the ISRs where another member
-        stays; then each of its replicas is told and answers as a follower. Returns what is left:
-        ``leaders`` it still has (partitions with no other in-sync replica alive, listed in
-        ``blocked``: they go offline while it is down), ISRs it is still in, and ``can_stop`` (it
-        leads nothing). ``cancel`` ends a drain without a restart."""
+        stays; then each of its replicas is told and answers as a follower. A partition whose only
+        in-sync replica is there waits, up to ``timeout_ms``, for another live replica to catch up
+        and join its ISR (Kafka's broker retries its controlled shutdown the same way). Returns
+        what is left: ``leaders`` it still has (listed in ``blocked``: they go offline while it is
+        down), ISRs it is still in, and ``can_stop`` (it leads nothing). ``cancel`` ends a drain
+        without a restart."""
         node_id = args.integer("node_id", node_id, 0, args.INT32_MAX)
         if not isinstance(cancel, bool):
             raise InvalidRequestError(f"cancel must be a bool, got {cancel!r}")
+        timeout_ms = args.integer("timeout_ms", timeout_ms, 0, args.INT32_MAX)
         await self._ensure_started()
         if not cancel and node_id not in self.node_sessions:
             raise InvalidRequestError(f"node {node_id} is not running (running: {sorted(self.node_sessions)}): "
@@ -1014,28 +1021,59 @@ class Controller:
         log_event(logger, "node_drain_cancelled" if cancel else "node_draining", node=node_id)
         if cancel:
             return {"node_id": node_id, "draining": False, "leaders": 0, "in_isr": 0, "blocked": [], "can_stop": False}
+        deadline = time.monotonic() + timeout_ms / 1000
+        partitions = [(topic, p) for topic in list(self.state.topics.values()) for p in range(len(topic.partitions))]
+        while True:
+            await self._move_off(node_id, partitions)
+            self._state_changed.clear()  # after the moves: what _left_on reads is newer than the clear
+            blocked, in_isr = self._left_on(node_id)
+            partitions = [(t, p) for t, p in blocked if self._may_catch_up(t, p, node_id)]
+            left = deadline - time.monotonic()
+            if not partitions or left <= 0:
+                break
+            try:
+                await asyncio.wait_for(self._state_changed.wait(), left)
+            except asyncio.TimeoutError:
+                pass
+        log_event(logger, "node_drained", node=node_id, leaders_left=len(blocked), isr_left=in_isr)
+        return {"node_id": node_id, "draining": True, "leaders": len(blocked), "in_isr": in_isr,
+                "blocked": [[t.name, p] for t, p in blocked], "can_stop": not blocked}
+
+    async def _move_off(self, node_id: int, partitions: list[tuple[TopicState, int]]) -> None:
+        """Leadership and ISR membership of ``partitions`` off a draining node, then its replicas told."""
         told = []
-        for topic in list(self.state.topics.values()):
-            for p in range(len(topic.partitions)):
-                records, _ = self.state.move_leaders_off(topic.name, p, node_id, self._is_alive(topic, p))
-                self._commit(records, "controlled_shutdown")
-                self._push(topic, p)
-                for r in topic.partitions[p]["replicas"]:
-                    handle = self.handles.get(self._key(topic, p, r["replica_id"]))
-                    if r["node_id"] == node_id and handle is not None and self._key(topic, p, r["replica_id"]) in self.alive:
-                        told.append(asyncio.wait_for(handle.set_state.remote(self._view(topic, p)),
-                                                     self.config.request_timeout_ms / 1000))
+        for was, p in partitions:
+            topic = self.state.topics.get(was.name)
+            if topic is None or topic.topic_id != was.topic_id:
+                continue  # deleted (or re-created) meanwhile
+            records, _ = self.state.move_leaders_off(topic.name, p, node_id, self._is_alive(topic, p))
+            self._commit(records, "controlled_shutdown")
+            self._push(topic, p)
+            for r in topic.partitions[p]["replicas"]:
+                key = self._key(topic, p, r["replica_id"])
+                handle = self.handles.get(key)
+                if r["node_id"] == node_id and handle is not None and key in self.alive:
+                    told.append(asyncio.wait_for(handle.set_state.remote(self._view(topic, p)),
+                                                 self.config.request_timeout_ms / 1000))
         await asyncio.gather(*told, return_exceptions=True)
+
+    def _left_on(self, node_id: int) -> tuple[list[tuple[TopicState, int]], int]:
+        """The partitions ``node_id`` still leads, and how many ISRs it is still in."""
         blocked, in_isr = [], 0
         for topic in self.state.topics.values():
             for p, part in enumerate(topic.partitions):
                 there = {r["replica_id"] for r in part["replicas"] if r["node_id"] == node_id}
                 if part["leader"] in there:
-                    blocked.append([topic.name, p])
+                    blocked.append((topic, p))
                 in_isr += bool(there & set(part["isr"]))
-        log_event(logger, "node_drained", node=node_id, leaders_left=len(blocked), isr_left=in_isr)
-        return {"node_id": node_id, "draining": True, "leaders": len(blocked), "in_isr": in_isr,
-                "blocked": blocked, "can_stop": not blocked}
+        return blocked, in_isr
+
+    def _may_catch_up(self, topic: TopicState, p: int, node_id: int) -> bool:
+        """Whether a replica of the partition is on another running node that is not draining, so
+        it may yet join the ISR (its process may be restarting or paused: it is waited for too)."""
+        draining = self.state.draining_nodes()
+        return any(r["node_id"] != node_id and r["node_id"] in self.node_sessions and r["node_id"] not in draining
+                   for r in topic.partitions[p]["replicas"])
 
     async def replica_corrupt(self, topic_id: str, partition: int, replica_id: int, leader_epoch: int,
                               partition_epoch: int) -> dict | None:

@@ -41,6 +41,7 @@ _EXPORTS = {
     "ConsumerRecord": "raylog.records",
     "OffsetAndTimestamp": "raylog.records",
     "OffsetAndMetadata": "raylog.records",
+    "ConsumerGroupMetadata": "raylog.records",
     "ConsumerRebalanceListener": "raylog.consumer.group_member",
     "errors": "raylog.errors",
 }

@@ -191,14 +191,18 @@ class AdminClient:
         return {**self._call(self._controller.describe_cluster.remote()),
                 "bootstrap_servers": self._cluster.bootstrap_servers}
 
-    def drain_node(self, node_id: int, cancel: bool = False) -> dict:
+    def drain_node(self, node_id: int, cancel: bool = False, timeout_ms: int = 30_000) -> dict:
         """Kafka's controlled shutdown, before stopping a node: leadership moves off it and its
-        replicas leave the ISRs (it takes none and joins none until it restarts). Returns
-        ``can_stop`` (it leads nothing), ``leaders`` and ``blocked`` (partitions whose only in-sync
-        replica is there: offline while it is down) and ``in_isr``. ``cancel`` ends a drain."""
+        replicas leave the ISRs (it takes none and joins none until it restarts). A partition whose
+        only in-sync replica is there waits up to ``timeout_ms`` for another running replica to
+        catch up. Returns ``can_stop`` (it leads nothing), ``leaders`` and ``blocked`` (partitions
+        still led there: offline while it is down) and ``in_isr``. ``cancel`` ends a drain."""
         if not isinstance(node_id, int) or isinstance(node_id, bool):
             raise InvalidConfigError(f"node_id must be an int (describe_cluster lists them), got {node_id!r}")
-        return self._call(self._controller.drain_node.remote(node_id, bool(cancel)))
+        if not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or timeout_ms < 0:
+            raise InvalidConfigError(f"timeout_ms must be an int >= 0, got {timeout_ms!r}")
+        return ray_calls.get(self._controller.drain_node.remote(node_id, bool(cancel), timeout_ms),
+                             self._timeout_s + timeout_ms / 1000)
 
     def list_topics(self, include_internal: bool = False) -> list[str]:
         """Topic names, without raylog's internal ones (__consumer_offsets) unless asked, as Kafka's

@@ -97,6 +97,17 @@ class OffsetAndMetadata(NamedTuple):
     """Epoch of the leader the committed position was read from; -1 when not known."""
 
 
+class ConsumerGroupMetadata(NamedTuple):
+    """A group member as its application saw it at its last poll (Kafka's ConsumerGroupMetadata):
+    ``generation_id`` is the member epoch the records of that poll were fetched under (0 before
+    the first assignment, -1 without a group)."""
+
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None = None
+
+
 def serialized_header_size(headers) -> int:
     """kafka-python's serialized_header_size: name bytes (UTF-8) plus value bytes; -1 without headers."""
     if not headers:

@@ -184,6 +184,8 @@ def _nodes_parser(sub) -> None:
                                           "say whether it can be stopped (exit 2 if some partition would go offline)")
     drain.add_argument("node", type=int)
     drain.add_argument("--cancel", action="store_true", help="end a drain without restarting the node")
+    drain.add_argument("--timeout-ms", type=int, default=30_000,
+                       help="how long a partition led only there waits for another replica to catch up")
     drain.add_argument("--json", action="store_true")
     nodes.set_defaults(func=cmd_nodes)
 

@@ -147,7 +147,7 @@ def cmd_nodes(args) -> int:
             print(f"cluster {cluster['cluster_id']}, controller on node {cluster['controller']['node_id']}{kafka}")
             print(table(NODE_COLUMNS, node_rows(cluster)))
     elif args.action == "drain":
-        result = admin.drain_node(args.node, cancel=args.cancel)
+        result = admin.drain_node(args.node, cancel=args.cancel, timeout_ms=args.timeout_ms)
         stoppable = args.cancel or result["can_stop"]
         if args.json:
             emit_json(result)

@@ -33,7 +33,9 @@ from raylog.consumer.fetcher import Fetcher, PartitionState
 from raylog.consumer.group_member import ConsumerRebalanceListener, GroupMember
 from raylog.naming import validate_topic_name
 from raylog.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from raylog.records import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from raylog.records import (
+    ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition,
+)
 
 log = logging.getLogger(__name__)
 
@@ -389,6 +391,18 @@ class Consumer:
         if not self.config.metrics_enabled:
             return None
         return self._metrics.report(len(self._fetcher.states))
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """The group member as of the last poll (Kafka's groupMetadata()): its generation_id is the
+        member epoch the records that poll returned were fetched under, steady between polls
+        however the heartbeats move the group. IllegalStateError without a group_id."""
+        self._check_open()
+        if self.config.group_id is None:
+            raise IllegalStateError("group_metadata needs a group_id")
+        if self._group is None:
+            return ConsumerGroupMetadata(self.config.group_id, -1, "", self.config.group_instance_id)
+        return ConsumerGroupMetadata(self.config.group_id, self._group.poll_epoch, self._group.member_id,
+                                     self.config.group_instance_id)
 
     # --- committed offsets (the group's coordinator keeps them) ------------------------------------
 

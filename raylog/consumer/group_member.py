@@ -90,6 +90,10 @@ class GroupMember:
         self.listener = listener or ConsumerRebalanceListener()
         self.member_id = uuid.uuid4().hex
         self.member_epoch = JOIN_EPOCH
+        """The coordinator's latest answer; moved by the heartbeat thread at any time."""
+        self.poll_epoch = JOIN_EPOCH
+        """The member epoch ``owned`` was reconciled to: what the application's last poll fetched
+        under. A heartbeat may already have moved ``member_epoch`` (or fenced the member)."""
         self.owned: set[TopicPartition] = set()
         """What the consumer fetches now; changed only by the poll thread (under the lock)."""
         self.topics: tuple[str, ...] | None = None
@@ -220,6 +224,7 @@ class GroupMember:
         with self._lock:
             lost, self._lost = self._lost, False
             target = None if self._target is None else set(self._target)
+            epoch = self.member_epoch
         changed = False
         if lost and self.owned:
             gone = set(self.owned)
@@ -242,6 +247,9 @@ class GroupMember:
                 with self._lock:
                     self.owned -= revoke
                 changed = True
+        # What is owned now is part of the assignment at ``epoch`` (or nothing, when lost).
+        self.poll_epoch = epoch
+        if target is not None:
             add = target - self.owned
             if add:
                 committed = self.fetch_committed(add)

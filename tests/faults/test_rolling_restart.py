@@ -104,6 +104,7 @@ def test_a_rolling_restart_with_drain_loses_nothing_and_keeps_every_partition_le
                                       f"partitions {admin.describe_partitions(chaos.TOPIC)}")
         finally:
             work.producers.stop(30)
+            work.stop_kafka()
             work.group.stop()
         work.group.pump()
         final = chaos.read_everything(cluster)

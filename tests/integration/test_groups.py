@@ -18,7 +18,7 @@ import pytest
 import ray
 
 import raylog
-from raylog.errors import CommitFailedError, NonEmptyGroupError, StaleMemberEpochError
+from raylog.errors import CommitFailedError, IllegalStateError, NonEmptyGroupError, StaleMemberEpochError
 from raylog.naming import OFFSETS_TOPIC, coordinator_actor_name
 from raylog.records import OffsetAndMetadata, TopicPartition
 from tests.integration.conftest import wait_for
@@ -232,14 +232,53 @@ def test_at_least_once_under_churn_and_never_two_owners_in_one_member_epoch(clus
         writer = None
         wait_for(lambda: sent <= {row[3] for row in ray.get(ledger.all.remote())}, timeout_s=60,
                  describe=lambda: len(sent - {row[3] for row in ray.get(ledger.all.remote())}))
-        owners = defaultdict(set)
-        for name, partition, _, _, epoch in ray.get(ledger.all.remote()):
-            owners[(partition, epoch)].add(name)
-        assert all(len(m) == 1 for m in owners.values()), {k: v for k, v in owners.items() if len(v) > 1}
+        owners = defaultdict(lambda: defaultdict(list))
+        for name, partition, offset, _, epoch in ray.get(ledger.all.remote()):
+            owners[(partition, epoch)][name].append(offset)
+        twice = {key: {name: (min(offsets), max(offsets), len(offsets)) for name, offsets in by.items()}
+                 for key, by in owners.items() if len(by) > 1}
+        assert not twice, f"(partition, member epoch): {{member: (first offset, last offset, records)}}: {twice}"
     finally:
         if writer is not None:
             writer.stop()
         stop_all(everyone)
+
+
+def test_group_metadata_is_the_epoch_a_poll_fetched_under_and_moves_only_at_the_next_poll(cluster):
+    """Kafka's groupMetadata(): the heartbeat thread moves the member epoch at any time, but what
+    the application reads changes only when it polls, so records are never labelled with an epoch
+    the member did not fetch them under (a label read after poll() could be a newer one)."""
+    topic, group = new_group_topic(cluster, partitions=2)
+    other, _ = new_group_topic(cluster, partitions=1)
+    producer = cluster.producer()
+    producer.send_batch(topic, [b"%d" % i for i in range(10)], partition=0).wait(timeout=30)
+    a = cluster.consumer(group_id=group, auto_offset_reset="earliest", enable_auto_commit=False,
+                         **{**MEMBER, "max_poll_interval_ms": 300_000})  # it stays a member while it does not poll
+    with pytest.raises(IllegalStateError):
+        cluster.consumer(topic).group_metadata()
+    a.subscribe([topic])
+    assert len(consume_all(a, 10)) == 10
+    first = a.group_metadata()
+    assert first.group_id == group and first.member_id == a._group.member_id and first.generation_id > 0
+
+    def epoch_of(consumer) -> int:
+        (described,) = cluster.admin().describe_consumer_groups([group])
+        return next((m["member_epoch"] for m in described["members"]
+                     if m["member_id"] == consumer._group.member_id), -1)
+
+    wait_for(lambda: epoch_of(a) == first.generation_id, timeout_s=30)
+    # Another member subscribing to another topic bumps the group epoch; a keeps its partitions,
+    # so its next heartbeat moves it to the new epoch with nothing to revoke.
+    b = cluster.consumer(group_id=group, enable_auto_commit=False, **MEMBER)
+    b.subscribe([other])
+    wait_for(lambda: b.poll(timeout_ms=100) is not None and b.assignment(), timeout_s=30)
+    wait_for(lambda: epoch_of(a) > first.generation_id, timeout_s=30)
+    assert a.group_metadata() == first, "no poll since: the epoch the application sees has not moved"
+    a.poll(timeout_ms=0)
+    assert a.group_metadata().generation_id == epoch_of(a) > first.generation_id
+    b.close()
+    a.close()
+    producer.close()
 
 
 def test_committed_offsets_survive_a_coordinator_sigkill_and_stale_commits_are_fenced(cluster):

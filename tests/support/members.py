@@ -1,7 +1,7 @@
 """Consumer-group members as Ray actors, the way Ray users run them (tests only).
 
 Each actor runs one group consumer on a thread: it polls, "processes" what it gets by
-recording it (partition, offset, value, the member epoch it held, when), commits after
+recording it (partition, offset, value, the member epoch its poll fetched under, when), commits after
 processing, and answers the test's questions.
 """
 
@@ -53,7 +53,7 @@ class MemberActor:
         while not self._stop.is_set():
             try:
                 chunks = consumer.poll_batch(timeout_ms=100)
-                epoch = consumer._group.member_epoch
+                epoch = consumer.group_metadata().generation_id
                 now = time.monotonic()
                 rows = [(chunk.partition, offset, value, epoch)
                         for chunk in chunks for offset, value in zip(chunk.offsets.tolist(), chunk.value_list())]
