@@ -1029,8 +1029,9 @@ class Controller:
             blocked, in_isr = self._left_on(node_id)
             partitions = [(t, p) for t, p in blocked if self._may_catch_up(t, p, node_id)]
             left = deadline - time.monotonic()
-            if not partitions or left <= 0:
-                break
+            node = self.state.nodes.get(node_id)
+            if not partitions or left <= 0 or node is None or not node.draining:
+                break  # nothing left to wait for, or the drain was cancelled (or the node restarted) meanwhile
             try:
                 await asyncio.wait_for(self._state_changed.wait(), left)
             except asyncio.TimeoutError:

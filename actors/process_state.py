@@ -97,12 +97,22 @@ def is_working(identity: ProcessIdentity | None, samples: int = 5, interval_s: f
     return False
 
 
-def should_restart(silent_s: float, session_s: float, working: bool | None) -> bool:
-    """Whether a controller silent for ``silent_s`` is to be killed: after the session timeout,
-    unless it is seen working, then only after BUSY_SILENCE_LIMIT session timeouts."""
+IDLE_LOOKS = 2
+"""Looks in a row that must see a silent controller idle before it is killed: one that has just
+ended a busy spell sleeps for a moment while the answers it owes are on their way (a single look
+then killed a working controller under load, in CI). A hung one stays idle: the second look is one
+heartbeat round after the first."""
+
+
+def should_restart(silent_s: float, session_s: float, working: bool | None, idle_looks: int = IDLE_LOOKS) -> bool:
+    """Whether a controller silent for ``silent_s`` is to be killed: after the session timeout once
+    ``idle_looks`` looks in a row (this one included) saw it idle, or at once when it cannot be
+    seen; when it is seen working, only after BUSY_SILENCE_LIMIT session timeouts."""
     if silent_s <= session_s:
         return False
-    return not working or silent_s > BUSY_SILENCE_LIMIT * session_s
+    if working is False:
+        return idle_looks >= IDLE_LOOKS
+    return working is None or silent_s > BUSY_SILENCE_LIMIT * session_s
 
 
 def _thread_states(identity: ProcessIdentity) -> set[str] | None:

@@ -211,6 +211,8 @@ class PartitionReplica:
         """The controller that last answered a heartbeat, to tell a busy one from a stopped one."""
         self._controller_busy_logged = False
         self._silence_mark: tuple = (None, 0.0, None)
+        self._idle_looks = 0
+        """Looks in a row that saw the silent controller idle (process_state.IDLE_LOOKS)."""
         """(the unanswered heartbeat, when its silence was first noticed, the controller's CPU seconds then)."""
         self._follower_error: str | None = None
         self.replication_stats = {"follower_fetches_served": 0, "follower_bytes_served": 0,
@@ -524,7 +526,8 @@ class PartitionReplica:
                 # The next check measures from this one: a controller that hung after a busy spell
                 # stops counting as working one round later, not after its spell averages out.
                 self._silence_mark = (heartbeat, time.monotonic(), process_state.cpu_seconds(self._controller_process))
-                if process_state.should_restart(silent_s, session_s, working):
+                self._idle_looks = self._idle_looks + 1 if working is False else 0
+                if process_state.should_restart(silent_s, session_s, working, self._idle_looks):
                     if self._heartbeat is heartbeat:
                         self._heartbeat = None
                     await self._restart_silent_controller(silent_s)
@@ -541,6 +544,7 @@ class PartitionReplica:
             return
         if self._heartbeat is heartbeat:
             self._heartbeat = None
+        self._idle_looks = 0
         self._controller_pid = reply["controller_pid"]
         self._controller_process = process_state.ProcessIdentity.from_list(reply["controller_process"])
         self._controller_busy_logged = False
@@ -721,6 +725,8 @@ class PartitionReplica:
         while self._generation == generation and self.state.role == FOLLOWER and not self._deleted:
             leader = self._leader
             try:
+                if leader is None:
+                    raise LeaderNotAvailableError(f"{self.topic}-{self.partition} has no leader to follow now")
                 if self._needs_truncation:
                     await self._truncate_by_epoch(leader, generation)
                 else:

@@ -7,6 +7,9 @@ RF=1, on a local Ray, each the median of --runs runs:
 - confluent-kafka producer through the listener: acks=all, lz4, linger.ms=5, then flush
 - confluent-kafka consumer through the listener, assign() from offset 0 to the end: with
   librdkafka's defaults, and tuned (CONSUMER_TUNING: its fetch queue never backs off)
+- the same producer's produce() loop with no broker at all: the client's own ceiling here
+- the cores the client (this process) and the listener used during the producer and consumer
+  rows: which of the two a row waits on
 - end-to-end latency p50/p99 in ms: one record produced, consumed, the next (--latency-samples)
 - raylog's producer (``send_batch``, acks=all, lz4) and consumer (``poll_batch``) on the same
   records: the native rate each listener row is given as a ratio of
@@ -22,11 +25,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Callable
 
 from bench.client_bench import make_values
 
@@ -35,14 +40,11 @@ KAFKA_CONSUMER = 940_521
 RESULTS = Path(__file__).parent / "results" / "kafka_protocol.json"
 
 
-def produce_confluent(bootstrap: str, topic: str, values: list[bytes], partitions: int) -> float:
-    import confluent_kafka
+PRODUCER_CONFIG = {"acks": "all", "compression.type": "lz4", "linger.ms": 5, "batch.size": 1_000_000,
+                   "queue.buffering.max.messages": 2_000_000}
 
-    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "compression.type": "lz4",
-                                         "linger.ms": 5, "batch.size": 1_000_000,
-                                         "queue.buffering.max.messages": 2_000_000})
-    failed = []
-    started = time.perf_counter()
+
+def _produce_all(producer, topic: str, values: list[bytes], partitions: int, failed: list) -> None:
     for i, value in enumerate(values):
         while True:
             try:
@@ -51,10 +53,33 @@ def produce_confluent(bootstrap: str, topic: str, values: list[bytes], partition
                 break
             except BufferError:
                 producer.poll(0.01)
+
+
+def produce_confluent(bootstrap: str, topic: str, values: list[bytes], partitions: int) -> float:
+    import confluent_kafka
+
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG})
+    failed: list = []
+    started = time.perf_counter()
+    _produce_all(producer, topic, values, partitions, failed)
     left = producer.flush(120)
     elapsed = time.perf_counter() - started
     if left or failed:
         raise RuntimeError(f"confluent-kafka: {left} records undelivered, errors {failed[:3]}")
+    return len(values) / elapsed
+
+
+def produce_ceiling(values: list[bytes], partitions: int) -> float:
+    """The same produce() loop into librdkafka's queue with no broker to send to (nothing listens
+    on 127.0.0.1:9): what the Python client alone hands over per second on this machine, before
+    any network, compression or broker. A bound on the listener row whatever the broker does."""
+    import confluent_kafka
+
+    producer = confluent_kafka.Producer({"bootstrap.servers": "127.0.0.1:9", "log_level": 0, **PRODUCER_CONFIG})
+    started = time.perf_counter()
+    _produce_all(producer, "ceiling", values, partitions, [])
+    elapsed = time.perf_counter() - started
+    producer.purge()
     return len(values) / elapsed
 
 
@@ -129,6 +154,27 @@ def native_rates(cluster, topic: str, values: list[bytes], partitions: int) -> t
     return produce, consume
 
 
+class CpuShare:
+    """Cores each process used over a stretch of wall time (user + system CPU / elapsed): tells
+    whether the client (this process: its Python loop and librdkafka's threads) or the listener
+    is what a row waits on."""
+
+    def __init__(self, pids: dict[str, int]):
+        import psutil
+
+        self.procs = {name: psutil.Process(pid) for name, pid in pids.items()}
+        self.shares: dict[str, list[float]] = {}
+
+    def measure(self, row: str, work: Callable[[], float]) -> float:
+        before = {name: sum(p.cpu_times()[:2]) for name, p in self.procs.items()}
+        started = time.perf_counter()
+        result = work()
+        elapsed = time.perf_counter() - started
+        for name, p in self.procs.items():
+            self.shares.setdefault(f"{row}_{name}", []).append((sum(p.cpu_times()[:2]) - before[name]) / elapsed)
+        return result
+
+
 def run(records: int, partitions: int, runs: int, latency_samples: int) -> dict:
     import ray
 
@@ -140,18 +186,26 @@ def run(records: int, partitions: int, runs: int, latency_samples: int) -> dict:
     bootstrap = cluster.bootstrap_servers
     admin = cluster.admin()
     rows: dict[str, list[float]] = {"listener_produce": [], "listener_consume": [], "listener_consume_defaults": [],
-                                    "native_produce": [], "native_consume": []}
+                                    "native_produce": [], "native_consume": [], "client_produce_ceiling": []}
+    from raylog.naming import kafka_listener_actor_name
+
+    listener = ray.get_actor(kafka_listener_actor_name(ray.get_runtime_context().get_node_id()),
+                             namespace=cluster.config.namespace)
+    cpu = CpuShare({"client": os.getpid(), "listener": ray.get(listener.ping.remote())})
     try:
         for run_index in range(runs):
             wire, native = f"wire-{run_index}", f"native-{run_index}"
             admin.create_topic(wire, partitions)
             admin.create_topic(native, partitions)
-            rows["listener_produce"].append(produce_confluent(bootstrap, wire, values, partitions))
-            rows["listener_consume"].append(consume_confluent(bootstrap, wire, records, partitions))
+            rows["listener_produce"].append(cpu.measure(
+                "produce", lambda: produce_confluent(bootstrap, wire, values, partitions)))
+            rows["listener_consume"].append(cpu.measure(
+                "consume", lambda: consume_confluent(bootstrap, wire, records, partitions)))
             rows["listener_consume_defaults"].append(consume_confluent(bootstrap, wire, records, partitions, False))
             produce, consume = native_rates(cluster, native, values, partitions)
             rows["native_produce"].append(produce)
             rows["native_consume"].append(consume)
+            rows["client_produce_ceiling"].append(produce_ceiling(values, partitions))
             print(f"run {run_index + 1}: " + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in rows.items()), flush=True)
         admin.create_topic("latency", 1)
         p50, p99 = latency_confluent(bootstrap, "latency", latency_samples)
@@ -162,19 +216,24 @@ def run(records: int, partitions: int, runs: int, latency_samples: int) -> dict:
         "records": records, "partitions": partitions, "runs": runs, "bootstrap": bootstrap,
         "median_records_per_s": med, "all_runs": rows,
         "producer_vs_native": med["listener_produce"] / med["native_produce"],
+        "producer_vs_client_ceiling": med["listener_produce"] / med["client_produce_ceiling"],
         "consumer_vs_native": med["listener_consume"] / med["native_consume"],
         "producer_vs_kafka_published": med["listener_produce"] / KAFKA_PRODUCER,
         "consumer_vs_kafka_published": med["listener_consume"] / KAFKA_CONSUMER,
         "e2e_latency_ms": {"p50": p50, "p99": p99, "samples": latency_samples},
+        "cores_used_median": {k: statistics.median(v) for k, v in cpu.shares.items()},
     }
     print(f"confluent-kafka producer via the listener: {med['listener_produce']:>12,.0f} records/s "
           f"({result['producer_vs_native']:.2f}x raylog's producer {med['native_produce']:,.0f}; "
-          f"{result['producer_vs_kafka_published']:.2f}x Kafka's published {KAFKA_PRODUCER:,})")
+          f"{result['producer_vs_kafka_published']:.2f}x Kafka's published {KAFKA_PRODUCER:,}; "
+          f"{result['producer_vs_client_ceiling']:.2f}x the client's own produce() loop with no broker, "
+          f"{med['client_produce_ceiling']:,.0f})")
     print(f"confluent-kafka consumer via the listener: {med['listener_consume']:>12,.0f} records/s "
           f"({result['consumer_vs_native']:.2f}x raylog's consumer {med['native_consume']:,.0f}; "
           f"{result['consumer_vs_kafka_published']:.2f}x Kafka's published {KAFKA_CONSUMER:,}; "
           f"librdkafka's defaults {med['listener_consume_defaults']:,.0f})")
     print(f"end-to-end latency through the listener: p50 {p50:.2f} ms, p99 {p99:.2f} ms ({latency_samples} samples)")
+    print("cores used (median): " + ", ".join(f"{k} {v:.2f}" for k, v in result["cores_used_median"].items()))
     return result
 
 

@@ -53,6 +53,13 @@ class Metadata:
                 info = self._load(topic)
         return info
 
+    def cached(self, topic: str, max_age_s: float) -> TopicInfo | None:
+        """The topic's metadata if loaded less than ``max_age_s`` ago, without any call."""
+        info = self._topics.get(topic)
+        if info is None or time.monotonic() - info.loaded_at > max_age_s:
+            return None
+        return info
+
     def _load(self, topic: str) -> TopicInfo:
         validate_topic_name(topic)  # before any call: an invalid name never reaches the controller
         loaded_at = time.monotonic()

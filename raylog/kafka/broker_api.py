@@ -23,8 +23,9 @@ from typing import Callable
 
 from kio.schema.errors import ErrorCode
 
-from raylog import errors, ray_calls
+from raylog import errors, produce_channel, ray_calls
 from raylog.config import ASSIGNORS
+from raylog.consumer.local_leader import LocalLeader
 from raylog.kafka import frames
 from raylog.kafka import record_batch as kafka_batches
 from raylog.kafka.classic_groups import ClassicGroups
@@ -60,9 +61,90 @@ connection answers in order, so a longer wait holds the group's heartbeats behin
 OffsetFetch waits longer (see offset_fetch)."""
 COORDINATOR_RETRY_S = 0.2
 """An OffsetFetch tries a restarting coordinator again after this long."""
+CHANNEL_LOOKUP_S = 1.0
+"""How long a produce waits for its leader's location (its same-node channel) before it goes by
+Ray call; a paused leader holds up its own partition only, and only that long."""
+CHANNEL_RECHECK_S = 5.0
+"""A partition whose leader had no same-node channel is looked at again this often."""
+MAX_LOCAL_READERS = 256
+"""Partitions whose files a listener reads itself (each reader holds its segments' descriptors):
+partitions beyond them are fetched by Ray call."""
+LOCAL_IDLE_S = 10.0
+"""A partition's file reader unused this long is closed: a deleted topic's files are not held open."""
+MAX_CHANNELS = 64
+"""Same-node produce channels a listener keeps open (each is a socket and two threads): partitions
+beyond them use Ray calls."""
 
 
 _item, _make = frames.item_type, frames.make
+
+
+class SubmitOrder:
+    """One connection's produce requests, answered concurrently, issue their appends in the order
+    they came: a request's appends go to the leaders only once every earlier request has issued
+    its own (or ended without). That keeps a partition's batches in the producer's order (an
+    idempotent producer's sequence numbers) while one request's append runs and the next one's
+    batches are decoded."""
+
+    def __init__(self):
+        self._tickets = 0
+        self._issued = 0
+        """Requests below this ticket have issued their appends or ended."""
+        self._ended: set[int] = set()
+        self._waiting: dict[int, asyncio.Future] = {}
+        self.via: dict[tuple[str, int], produce_channel.ProduceChannel | None] = {}
+        """(topic, partition) -> how this connection's last append there went: a same-node channel,
+        or None for a Ray call."""
+        self.appending: dict[tuple[str, int], int] = {}
+        """(topic, partition) -> this connection's appends there not answered yet."""
+        self._quiet = asyncio.Condition()
+
+    def ticket(self) -> int:
+        """A place in line, taken in the order the requests came."""
+        self._tickets += 1
+        return self._tickets - 1
+
+    async def turn(self, ticket: int) -> None:
+        if self._issued < ticket:
+            waiter = self._waiting[ticket] = asyncio.get_running_loop().create_future()
+            await waiter
+
+    def done(self, ticket: int) -> None:
+        """``ticket`` has issued its appends, or will issue none; safe to call twice."""
+        if ticket < self._issued:
+            return
+        self._ended.add(ticket)
+        while self._issued in self._ended:
+            self._ended.remove(self._issued)
+            self._issued += 1
+        waiter = self._waiting.pop(self._issued, None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def settle(self, keys: list[tuple[str, int]]) -> None:
+        """Until none of ``keys`` has an append of this connection in flight: a partition moves
+        between Ray calls and its channel only then (batches on two transports could overtake
+        each other)."""
+        async with self._quiet:
+            await self._quiet.wait_for(lambda: not any(self.appending.get(k) for k in keys))
+
+    def issued(self, key: tuple[str, int], via: produce_channel.ProduceChannel | None) -> None:
+        self.via[key] = via
+        self.appending[key] = self.appending.get(key, 0) + 1
+
+    async def answered(self, key: tuple[str, int]) -> None:
+        self.appending[key] -= 1
+        if not self.appending[key]:
+            async with self._quiet:
+                self._quiet.notify_all()
+
+
+async def _answered(answer: tuple) -> tuple:
+    return answer
+
+
+_TURN: contextvars.ContextVar[tuple[SubmitOrder, int] | None] = contextvars.ContextVar("kafka_turn", default=None)
+"""The produce request being answered's place in its connection's SubmitOrder, when pipelined."""
 
 
 class BrokerApi:
@@ -82,6 +164,14 @@ class BrokerApi:
         self._topic_names: dict[uuid.UUID, str] = {}
         """Topic id -> name of every topic this listener has named by id (Metadata, assignments)."""
         self._lookups: dict[str, asyncio.Future] = {}
+        self._channels: dict[tuple[str, int], tuple[int, produce_channel.ProduceChannel | None, float]] = {}
+        """(topic, partition) -> (leader epoch, the same-node produce channel to that leader or None
+        for Ray calls, when it was looked up)."""
+        self._ray_node: str | None = None
+        self._local: dict[tuple[str, int], tuple[LocalLeader, float]] = {}
+        """(topic, partition) -> the reader of its leader's (or an in-sync follower's) files on this
+        node, as raylog's consumer reads them (raylog/consumer/local_leader.py), and when it was
+        last used."""
         """Group -> the coordinator lookup under way (one thread per group, however many ask)."""
         self._handlers: dict[int, Callable] = {
             0: self.produce, 1: self.fetch, 2: self.list_offsets, 3: self.metadata, 8: self.offset_commit,
@@ -94,10 +184,13 @@ class BrokerApi:
             68: self.consumer_group_heartbeat,
         }
 
-    async def handle(self, request: frames.Request, client_host: str = ""):
-        """The response entity for ``request``, or None where Kafka sends none (acks=0)."""
+    async def handle(self, request: frames.Request, client_host: str = "",
+                     turn: tuple[SubmitOrder, int] | None = None):
+        """The response entity for ``request``, or None where Kafka sends none (acks=0). ``turn``:
+        a produce request's place in its connection's order, when answered beside others."""
         cls = frames.response_class(request.api_key, request.api_version)
         _CLIENT.set((request.client_id or "", client_host))
+        _TURN.set(turn)
         if request.api_key in GROUP_APIS and not self.coordinates_groups:
             return _not_coordinator(cls, request.body)
         return await self._handlers[request.api_key](request.body, cls)
@@ -119,12 +212,18 @@ class BrokerApi:
         """A Kafka listener user's stored SCRAM credentials (for SASL logins), None if no such user."""
         return await self.cluster.controller.user_credentials.remote(name)
 
-    async def expire_members_forever(self, interval_s: float = 0.5) -> None:
-        """Remove classic-group members silent past their session timeout (the listener runs it)."""
+    async def maintain_forever(self, interval_s: float = 0.5) -> None:
+        """Remove classic-group members silent past their session timeout, and close the file
+        readers of partitions not fetched for LOCAL_IDLE_S (the listener runs it)."""
         while True:
             await asyncio.sleep(interval_s)
             for group, member in self.groups.expire():
                 logger.info("event=classic_member_expired group=%s member=%s", group, member)
+            now = time.monotonic()
+            for key, (local, used) in list(self._local.items()):
+                if now - used > LOCAL_IDLE_S:
+                    local.close()
+                    del self._local[key]
 
     # --- metadata ----------------------------------------------------------------------------
 
@@ -133,6 +232,11 @@ class BrokerApi:
         return (await self.cluster.controller.describe_cluster.remote())["cluster_id"]
 
     async def _topic(self, name: str) -> TopicInfo:
+        # Fresh metadata is answered on the loop: a thread hop per partition of every produce and
+        # fetch would cost more than the lookup.
+        info = self.cluster.metadata.cached(name, METADATA_MAX_AGE_S)
+        if info is not None:
+            return info
         return await asyncio.to_thread(self.cluster.metadata.topic, name, METADATA_MAX_AGE_S)
 
     async def api_versions(self, body, cls):
@@ -263,14 +367,33 @@ class BrokerApi:
                 _make(topic_cls, name=t.name, partition_responses=tuple(
                     self._produced(part_cls, p.index, code) for p in t.partition_data)) for t in body.topic_data))
         acks = body.acks
-        timeout_ms = int(body.timeout.total_seconds() * 1000)
-        jobs = [(t.name, p.index, self._produce_one(t.name, p.index, p.records, acks, timeout_ms))
-                for t in body.topic_data for p in t.partition_data]
-        results = await asyncio.gather(*(job for _, _, job in jobs))
+        timeout_ms = max(int(body.timeout.total_seconds() * 1000), 1)
+        wanted = [(t.name, p.index, p.records) for t in body.topic_data for p in t.partition_data]
+        turn = _TURN.get()
+        try:
+            prepared = await asyncio.gather(*(self._prepare(name, index, records, acks)
+                                              for name, index, records in wanted))
+            if turn is not None:
+                await turn[0].turn(turn[1])
+            channels = [self._channel_of(name, index) for name, index, _ in wanted]
+            if turn is not None:
+                moving = [(name, index) for (name, index, _), channel in zip(wanted, channels)
+                          if turn[0].via.get((name, index), channel) is not channel]
+                if moving:
+                    await turn[0].settle(moving)  # holding the turn: the requests behind it wait too
+                    channels = [self._channel_of(name, index) for name, index, _ in wanted]
+            # Issued together, in order, before anything is awaited: the leaders get this request's
+            # batches before the next request's.
+            calls = [self._issue(name, index, leader_or_failure, channel, acks, timeout_ms, turn)
+                     for (name, index, _), leader_or_failure, channel in zip(wanted, prepared, channels)]
+        finally:
+            if turn is not None:
+                turn[0].done(turn[1])
+        results = await asyncio.gather(*calls)
         if acks == 0:
             return None
         by_topic: dict[str, list] = {}
-        for (name, index, _), (code, base, log_start, message) in zip(jobs, results):
+        for (name, index, _), (code, base, log_start, message) in zip(wanted, results):
             by_topic.setdefault(name, []).append(self._produced(part_cls, index, code, base, log_start, message))
         return _make(cls, throttle_time=NO_THROTTLE, responses=tuple(
             _make(topic_cls, name=name, partition_responses=tuple(parts)) for name, parts in by_topic.items()))
@@ -281,10 +404,11 @@ class BrokerApi:
         return _make(part_cls, index=index, error_code=code, base_offset=base, log_append_time=None,
                      log_start_offset=log_start, record_errors=(), error_message=message)
 
-    async def _produce_one(self, topic: str, partition: int, records, acks: int, timeout_ms: int):
-        """(error code, base offset, log start offset, error message) of one partition's batch."""
+    async def _prepare(self, topic: str, partition: int, records, acks: int) -> tuple:
+        """(leader actor, raylog batch) of one partition's Kafka batch, or (None, failure) where
+        failure is what _issue answers: (error code, -1, -1, error message)."""
         if acks not in (-1, 0, 1):
-            return ErrorCode.invalid_required_acks, -1, -1, f"acks {acks} is not -1, 0 or 1"
+            return None, (ErrorCode.invalid_required_acks, -1, -1, f"acks {acks} is not -1, 0 or 1")
         try:
             if records is None:
                 raise errors.CorruptRecordError("a produce request's records are null")
@@ -295,10 +419,75 @@ class BrokerApi:
                                                 "partition; Kafka's v2 format takes exactly one")
             converted = kafka_batches.to_raylog(batches[0])
             leader = await self._leader(topic, partition)
-            response = await leader.produce.remote(converted, acks, None, max(timeout_ms, 1))
+            await self._look_up_channel(topic, partition, info, leader)
+            return leader, converted
+        except Exception as exc:  # noqa: BLE001 - every failure is the partition's error code
+            return None, self._failure(topic, exc)
+
+    async def _look_up_channel(self, topic: str, partition: int, info: TopicInfo, leader) -> None:
+        """Opens the same-node produce channel to the partition's leader (raylog/produce_channel.py)
+        when it runs on this listener's node: a batch then crosses a Unix socket, not Ray's object
+        store. Looked up once per leader epoch, again after it breaks, and every CHANNEL_RECHECK_S
+        while there is none."""
+        key = (topic, partition)
+        epoch = info.description.partitions[partition].leader_epoch
+        entry = self._channels.get(key)
+        now = time.monotonic()
+        if entry is not None and entry[0] == epoch and (
+                entry[1] is None and now - entry[2] < CHANNEL_RECHECK_S or entry[1] is not None and entry[1].broken is None):
+            return
+        open_channels = sum(1 for _, c, _ in self._channels.values() if c is not None and c.broken is None)
+        self._channels[key] = (epoch, None, now)  # the requests that come meanwhile use Ray calls
+        if not produce_channel.available or open_channels >= MAX_CHANNELS:
+            return
+        channel = None
+        try:
+            node, _, name, secret = await asyncio.wait_for(leader.read_location.remote(), CHANNEL_LOOKUP_S)
+            if self._ray_node is None:
+                import ray
+
+                self._ray_node = ray.get_runtime_context().get_node_id()
+            if name and node == self._ray_node:
+                channel = produce_channel.ProduceChannel(name, bytes.fromhex(secret))
+        except Exception:  # noqa: BLE001 - no channel (a leader gone or paused, another node): Ray calls
+            pass
+        old = self._channels.get(key)
+        if old is not None and old[1] is not None and old[1] is not channel:
+            old[1].close()
+        self._channels[key] = (epoch, channel, time.monotonic())
+
+    def _channel_of(self, topic: str, partition: int) -> produce_channel.ProduceChannel | None:
+        entry = self._channels.get((topic, partition))
+        return entry[1] if entry is not None and entry[1] is not None and entry[1].broken is None else None
+
+    def _issue(self, topic: str, partition: int, prepared: tuple, channel: produce_channel.ProduceChannel | None,
+               acks: int, timeout_ms: int, turn: tuple[SubmitOrder, int] | None):
+        """The append of one prepared batch, issued now, over ``channel`` or by Ray call; awaiting
+        it gives (error code, base offset, log start offset, error message)."""
+        leader, converted = prepared
+        if leader is None:
+            return _answered(converted)
+        try:
+            if channel is not None:
+                call = asyncio.wrap_future(channel.produce(converted, acks, None, timeout_ms))
+            else:
+                call = leader.produce.remote(converted, acks, None, timeout_ms)
+        except Exception as exc:  # noqa: BLE001 - every failure is the partition's error code
+            return _answered(self._failure(topic, exc))
+        order = None if turn is None else turn[0]
+        if order is not None:
+            order.issued((topic, partition), channel)
+        return self._appended(topic, call, order, (topic, partition))
+
+    async def _appended(self, topic: str, call, order: SubmitOrder | None, key: tuple[str, int]) -> tuple:
+        try:
+            response = await call
             return ErrorCode.none, response[0], response[3], None
         except Exception as exc:  # noqa: BLE001 - every failure is the partition's error code
             return self._failure(topic, exc)
+        finally:
+            if order is not None:
+                await order.answered(key)
 
     def _failure(self, topic: str, exc: BaseException) -> tuple:
         exc = ray_calls.translate(exc)
@@ -341,16 +530,42 @@ class BrokerApi:
             _make(topic_cls, topic=topic, partitions=tuple(parts)) for topic, parts in by_topic.items()))
 
     async def _fetch_one(self, topic: str, p, max_wait_ms: int) -> tuple:
-        """(error code, high watermark, log start, log end, Kafka batches) of one partition."""
+        """(error code, high watermark, log start, log end, Kafka batches) of one partition: read
+        from the leader's files when they are on this node and there is something to read, else
+        fetched from the leader (which parks the fetch up to ``max_wait_ms`` for new records)."""
         try:
             leader = await self._leader(topic, p.partition)
             epoch = getattr(p, "current_leader_epoch", -1)
+            local = self._read_locally(topic, p.partition, p.fetch_offset, max(p.partition_max_bytes, 1), epoch)
+            if local is not None:
+                return local
             data, hw, log_start, log_end = await leader.fetch.remote(
                 p.fetch_offset, max(p.partition_max_bytes, 1), max_wait_ms, 1, -1, epoch)
             return ErrorCode.none, hw, log_start, log_end, kafka_batches.from_raylog_log(data)
         except Exception as exc:  # noqa: BLE001 - every failure is the partition's error code
             code = self._failure(topic, exc)[0]
             return code, -1, -1, -1, b""
+
+    def _read_locally(self, topic: str, partition: int, offset: int, max_bytes: int, epoch: int) -> tuple | None:
+        """_fetch_one's answer from the partition's files on this node (no call: they are read as
+        raylog's own consumers read them, CRCs checked), or None: fetch from the leader. Only for
+        the leader epoch the client expects, and only when there are records to return."""
+        key = (topic, partition)
+        local = self._local[key][0] if key in self._local else None
+        if local is None:
+            if len(self._local) >= MAX_LOCAL_READERS:
+                return None
+            local = LocalLeader(self.cluster.metadata, topic, partition)
+        self._local[key] = (local, time.monotonic())
+        got = local.read(offset, max_bytes)
+        if got is None or not got[0] or epoch not in (-1, local.epoch) or local.reader is None:
+            return None
+        snap = local.reader.snapshot()
+        if snap is None:
+            return None
+        records, high_watermark = got
+        return ErrorCode.none, high_watermark, snap.log_start_offset, snap.log_end_offset, \
+            kafka_batches.from_raylog_log(records)
 
     # --- offsets -----------------------------------------------------------------------------
 

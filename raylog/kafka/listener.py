@@ -1,5 +1,8 @@
-"""The TCP listener Kafka clients connect to: frames in, one request at a time per connection
-(Kafka answers a connection's requests in the order they came), answers out.
+"""The TCP listener Kafka clients connect to: frames in, answers out in the order the requests
+came. A connection's requests are worked on one at a time, as Kafka does, except consecutive
+Produce requests: up to PIPELINED_PRODUCES of them at once, so one request's batches are decoded
+while the one before it is being appended, and their appends are still issued to the leaders in
+request order (broker_api.SubmitOrder).
 
 Who may connect. Without SASL the listener binds loopback only (ClusterConfig.kafka_listener),
 and admits a connection only from a process of the uid that runs this Ray cluster, the uid that
@@ -34,6 +37,7 @@ from kio.schema.errors import ErrorCode
 
 from raylog.errors import CorruptRecordError, InvalidConfigError
 from raylog.kafka import frames
+from raylog.kafka.broker_api import SubmitOrder
 from raylog.kafka.sasl import MECHANISMS, Lookup, SaslSession
 
 logger = logging.getLogger(__name__)
@@ -50,6 +54,10 @@ FRAME_TIMEOUT_S = 60.0
 PORT_ATTEMPTS = 100
 """A taken port moves the listener to the next one, this many times."""
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+PIPELINED_PRODUCES = 5
+"""Produce requests of one connection answered at once: librdkafka's and the Java client's
+max.in.flight.requests.per.connection (5, the most an idempotent producer may use)."""
+_PRODUCE = struct.pack(">h", 0)
 _SIZE = struct.Struct(">i")
 
 
@@ -126,8 +134,14 @@ class KafkaListener:
             return
         self.connections += 1
         peer = str((writer.get_extra_info("peername") or ("",))[0])
+        answers: asyncio.Queue = asyncio.Queue()
+        closing = asyncio.Event()
+        sender = asyncio.create_task(self._send_answers(answers, writer, closing))
+        order = SubmitOrder()
+        in_flight: list[tuple[asyncio.Task, bool]] = []
+        """Requests answered but not yet sent, oldest first, and whether each is a produce."""
         try:
-            while True:
+            while not closing.is_set():
                 (size,) = _SIZE.unpack(await asyncio.wait_for(reader.readexactly(_SIZE.size), IDLE_TIMEOUT_S))
                 if not 0 < size <= self.max_request_bytes:
                     logger.warning("event=kafka_frame_refused size=%d limit=%d", size, self.max_request_bytes)
@@ -135,26 +149,86 @@ class KafkaListener:
                 await self._reserve(size)
                 try:
                     frame = await asyncio.wait_for(reader.readexactly(size), FRAME_TIMEOUT_S)
-                    if session is not None and session.bare_tokens and session.principal is None:
-                        answer = await self._bare_token(frame, session)
-                    else:
-                        answer = await self._answer(frame, peer, session)
-                    del frame
-                    if answer is not None:
-                        writer.write(answer)
-                        await writer.drain()
-                finally:
+                except BaseException:
                     await self._release(size)
-        except _Close as close:
-            if close.answer:
-                with contextlib.suppress(ConnectionError):
-                    writer.write(close.answer)
-                    await writer.drain()
+                    raise
+                in_flight = [(task, produce) for task, produce in in_flight if not task.done()]
+                produce = frame[:2] == _PRODUCE and (session is None or session.principal is not None)
+                # Kafka answers a connection's requests one at a time. Produce requests are the
+                # exception here: up to PIPELINED_PRODUCES of them run at once (their appends
+                # still issued in order), anything else waits for every request before it.
+                if in_flight and (not produce or not all(p for _, p in in_flight)
+                                  or len(in_flight) >= PIPELINED_PRODUCES):
+                    await asyncio.wait([task for task, _ in in_flight])
+                    in_flight = []
+                if closing.is_set():  # an earlier request closed the connection: nothing after it runs
+                    await self._release(size)
+                    break
+                turn = (order, order.ticket()) if produce else None
+                task = asyncio.create_task(self._respond(frame, peer, session, turn, closing))
+                in_flight.append((task, produce))
+                answers.put_nowait((task, size))
+                del frame
         except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError, ssl.SSLError):
             pass
         finally:
+            answers.put_nowait(None)
+            with contextlib.suppress(Exception):
+                await sender
             self.connections -= 1
             writer.close()
+
+    async def _respond(self, frame: bytes, peer: str, session: SaslSession | None,
+                       turn: tuple[SubmitOrder, int] | None, closing: asyncio.Event) -> bytes | None:
+        try:
+            if closing.is_set():
+                raise _Close
+            if session is not None and session.bare_tokens and session.principal is None:
+                return await self._bare_token(frame, session)
+            return await self._answer(frame, peer, session, turn)
+        except _Close:
+            # Set at once, not when its answer is sent: a pipelined request behind it starts only
+            # after this one's first step (where frames are refused), and sees it.
+            closing.set()
+            raise
+        finally:
+            if turn is not None:
+                turn[0].done(turn[1])  # a request that ended before its appends must not hold the next
+
+    async def _send_answers(self, answers: asyncio.Queue, writer: asyncio.StreamWriter,
+                            closing: asyncio.Event) -> None:
+        """Writes each request's answer in the order the requests came; a _Close ends the
+        connection after its answer, and the requests behind it are dropped unanswered."""
+        closed = False
+        while (item := await answers.get()) is not None:
+            task, size = item
+            try:
+                if closed:
+                    task.cancel()
+                    continue
+                try:
+                    answer = await task
+                except _Close as close:
+                    closed = True
+                    if close.answer:
+                        writer.write(close.answer)
+                        await writer.drain()
+                    writer.close()
+                    continue
+                if answer is not None:
+                    writer.write(answer)
+                    await writer.drain()
+            except (ConnectionError, ssl.SSLError):
+                closed = True
+                closing.set()
+                writer.close()
+            except Exception:  # noqa: BLE001 - a handler's bug ends its connection, not the listener
+                logger.exception("event=kafka_request_failed")
+                closed = True
+                closing.set()
+                writer.close()
+            finally:
+                await self._release(size)
 
     async def _reserve(self, size: int) -> None:
         async with self._room_freed:
@@ -166,7 +240,8 @@ class KafkaListener:
             self._room += size
             self._room_freed.notify_all()
 
-    async def _answer(self, frame: bytes, peer: str, session: SaslSession | None) -> bytes | None:
+    async def _answer(self, frame: bytes, peer: str, session: SaslSession | None,
+                      turn: tuple[SubmitOrder, int] | None = None) -> bytes | None:
         try:
             request = frames.parse_request(frame)
         except frames.UnsupportedVersion as exc:
@@ -181,7 +256,7 @@ class KafkaListener:
         if session is not None and session.principal is None and request.api_key != frames.API_VERSIONS:
             logger.warning("event=kafka_request_refused peer=%s reason=not_authenticated api=%d", peer, request.api_key)
             raise _Close
-        response = await self.api.handle(request, peer)
+        response = await self.api.handle(request, peer, turn)
         if response is None:
             return None
         return frames.encode_response(request.api_key, request.api_version, request.correlation_id, response)

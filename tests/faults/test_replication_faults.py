@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 import uuid
 
@@ -419,52 +418,3 @@ def test_a_follower_whose_disk_is_full_leaves_the_isr_and_catches_up_when_space_
     wait_for(lambda: follower["replica_id"] in partition(sim, topic)["isr"], timeout_s=60)
     assert {r["log_end_offset"] for r in replicas(sim, topic).values()} == {1001}
     producer.close()
-
-
-
-def test_a_drain_waits_for_a_paused_follower_to_catch_up_and_then_moves_leadership_to_it(sim):
-    """Kafka's broker retries its controlled shutdown while it is a partition's only in-sync
-    replica. raylog's drain waits (up to its timeout) for a follower on a running node to catch up
-    and join the ISR, then moves leadership to it, instead of answering that the node cannot be
-    stopped because one follower lagged at the moment of the call."""
-    topic = new_topic(sim, rf=2)
-    producer = sim.cluster.producer(acks=1, linger_ms=0)
-    producer.send(topic, b"warm").get(timeout=30)
-    follower = next(r for r in replicas(sim, topic).values() if r["role"] == "follower")
-    state = partition(sim, topic)
-    leader_node = next(r["node_id"] for r in state["replicas"] if r["replica_id"] == state["leader"])
-    admin = sim.cluster.admin()
-    answer: dict = {}
-
-    def drain() -> None:
-        try:
-            answer.update(admin.drain_node(leader_node, timeout_ms=120_000))
-        except Exception as exc:  # noqa: BLE001 - asserted below
-            answer["error"] = repr(exc)
-
-    def draining() -> bool:
-        return next(n for n in admin.describe_cluster()["nodes"] if n["node_id"] == leader_node)["draining"]
-
-    drainer = threading.Thread(target=drain, daemon=True)
-    os.kill(follower["pid"], signal.SIGSTOP)
-    try:
-        producer.send_batch(topic, [b"%d" % i for i in range(1000)]).wait(timeout=30)
-        wait_for(lambda: partition(sim, topic)["isr"] == [state["leader"]], timeout_s=LAG_MS / 1000 + 30)
-        drainer.start()
-        wait_for(draining, timeout_s=30)
-    finally:
-        os.kill(follower["pid"], signal.SIGCONT)
-    try:
-        drainer.join(timeout=180)
-        assert "blocked" in answer and [topic, 0] not in answer["blocked"], answer
-        # What the drain leaves led there (earlier tests' topics on this module's cluster) has no
-        # other replica to move to.
-        assert all(len(admin.describe_partitions(t)[p]["replicas"]) == 1 for t, p in answer["blocked"]), answer
-        after = partition(sim, topic)
-        assert after["leader"] == follower["replica_id"] and after["isr"] == [follower["replica_id"]], after
-        reader = sim.cluster.consumer(topic, auto_offset_reset="earliest")
-        assert [r.value for r in consume_all(reader, 1001)] == [b"warm"] + [b"%d" % i for i in range(1000)]
-        reader.close()
-    finally:
-        admin.drain_node(leader_node, cancel=True)
-        producer.close()

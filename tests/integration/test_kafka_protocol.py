@@ -272,6 +272,70 @@ def test_bad_frames_are_closed_and_other_clients_are_served_throughout(cluster, 
         assert kafka_metadata_works(bootstrap), name
 
 
+def produce_frame(correlation_id: int, topic: str, partition: int, values: list[bytes]) -> bytes:
+    """A Produce v7 request (acks=all) of one Kafka v2 batch, as a client's bytes."""
+    import datetime
+    import io
+
+    from kio.schema.produce.v7.request import PartitionProduceData, ProduceRequest, TopicProduceData
+    from kio.serial import entity_writer
+
+    from raylog.kafka import record_batch as kafka_batches
+    from raylog.storage import batch as raylog_batch
+
+    records = kafka_batches.from_raylog(raylog_batch.RecordBatch(
+        raylog_batch.build(values, timestamps_ms=1, compression="none"), 0))
+    body = io.BytesIO()
+    entity_writer(ProduceRequest)(body, ProduceRequest(
+        acks=-1, timeout=datetime.timedelta(seconds=30), topic_data=(TopicProduceData(
+            name=topic, partition_data=(PartitionProduceData(index=partition, records=records),)),)))
+    return frame(struct.pack(">hhih", 0, 7, correlation_id, 4) + b"test" + body.getvalue())
+
+
+def produce_answer(sock: socket.socket):
+    """(correlation id, [(partition, error code, base offset)]) of one Produce v7 response."""
+    from kio.schema.produce.v7.response import ProduceResponse
+    from kio.serial import entity_reader
+
+    def exactly(n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = sock.recv(n - len(data))
+            assert chunk, "the listener closed the connection"
+            data += chunk
+        return data
+
+    (size,) = struct.unpack(">i", exactly(4))
+    payload = exactly(size)
+    (correlation_id,) = struct.unpack(">i", payload[:4])
+    response, _ = entity_reader(ProduceResponse)(payload, 4)
+    return correlation_id, [(p.index, p.error_code.value, p.base_offset)
+                            for t in response.responses for p in t.partition_responses]
+
+
+def test_pipelined_produce_requests_land_and_are_answered_in_the_order_they_came(cluster, bootstrap):
+    """A producer keeps up to 5 produce requests in flight on a connection (librdkafka, the Java
+    client); the listener works on them at once, yet each partition's batches land in request
+    order and the answers come back in request order. Big and small batches alternate, so a
+    request whose batch decodes faster than the one before it would overtake it if it could."""
+    topic = new_topic(cluster, 2)
+    sizes = [3000 if i % 3 == 0 else 1 for i in range(30)]
+    batches = [[b"%d-%d" % (i, j) for j in range(n)] for i, n in enumerate(sizes)]
+    host, port = bootstrap.split(",")[0].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        sock.sendall(b"".join(produce_frame(100 + i, topic, i % 2, values) for i, values in enumerate(batches)))
+        answers = [produce_answer(sock) for _ in batches]
+    assert [correlation_id for correlation_id, _ in answers] == [100 + i for i in range(len(batches))]
+    expected_base = [0, 0]
+    for i, (_, parts) in enumerate(answers):
+        assert parts == [(i % 2, 0, expected_base[i % 2])], (i, parts)
+        expected_base[i % 2] += sizes[i]
+    got = kafka_read(bootstrap, topic, 2, sum(sizes))
+    for p in (0, 1):
+        assert [r.value for r in got if r.partition == p] == [v for i, values in enumerate(batches) if i % 2 == p
+                                                             for v in values]
+
+
 def kafka_metadata_works(bootstrap: str) -> bool:
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
     try:

@@ -216,8 +216,10 @@ class History:
             self._producer_of[value] = producer
             self._record("issue", producer, (value, topic))
 
-    def ack(self, value: bytes, partition: int, offset: int) -> None:
-        """The send of ``value`` was acknowledged at ``partition``/``offset``."""
+    def ack(self, value: bytes, partition: int, offset: int | None) -> None:
+        """The send of ``value`` was acknowledged at ``partition``/``offset``; offset None: at a
+        position the client was not told (librdkafka's answer to Kafka's DUPLICATE_SEQUENCE_NUMBER,
+        a retry of a batch stored earlier). Such a value must still be in the log."""
         with self._lock:
             self.acked[value] = (partition, offset)
             self._record("ack", self._producer_of.get(value), (value, partition, offset))
@@ -437,6 +439,8 @@ class _Checker:
                 seen_at[(partition, offset)][value].append("final")
         for op in self.acks:
             value, partition, offset = op.value
+            if offset is None:
+                continue
             seen_at[(partition, offset)][value].append(f"ack#{op.index}")
             placed[value].add((partition, offset))
         for op in self.polls:
@@ -471,6 +475,11 @@ class _Checker:
         for value, op in self.first_ack.items():
             if value in self.issue_index:
                 _, partition, offset = op.value
+                if offset is None:  # acknowledged without a position: where the log has it
+                    places = self.final_where.get(value)
+                    if not places:
+                        continue
+                    partition, offset = sorted(places)[0]
                 sends[(self.producer_of[value], partition)].append((self.issue_index[value], value, offset))
         for (producer, partition), entries in sorted(sends.items()):
             entries.sort()
@@ -491,6 +500,8 @@ class _Checker:
             key, n = parsed
             places = self.final_where.get(value)
             partition, offset = sorted(places)[0] if places else op.value[1:]
+            if offset is None:
+                continue  # acknowledged without a position and not in the log: a lost write
             if value in self.issue_index:
                 runs[(self.producer_of[value], key, partition)].append((self.issue_index[value], value, offset))
             else:

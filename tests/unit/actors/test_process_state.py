@@ -125,6 +125,7 @@ def test_a_silent_controller_is_restarted_after_the_session_unless_seen_working_
     for working in (True, False, None):
         assert not should_restart(session, session, working)
     assert should_restart(session + 0.1, session, False)
+    assert not should_restart(session + 0.1, session, False, idle_looks=1), "one idle look is not enough"
     assert should_restart(session + 0.1, session, None)
     assert not should_restart(session + 0.1, session, True)
     assert not should_restart(BUSY_SILENCE_LIMIT * session, session, True)

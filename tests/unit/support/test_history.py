@@ -49,6 +49,19 @@ def test_acknowledged_value_missing_from_the_final_read_is_a_lost_write():
     assert anomalies["lost-write"] == [{"value": B, "partition": 0, "offset": 1, "producer": "p", "ack_op": 3}]
 
 
+def test_an_ack_without_a_position_must_still_be_in_the_log_and_is_ordered_where_the_log_has_it():
+    """librdkafka acknowledges a retried batch Kafka answers DUPLICATE_SEQUENCE_NUMBER with no offset."""
+    x, y = value_of(b"x", 0), value_of(b"y", 0)
+    history = History()
+    history.issue("p", x)
+    history.issue("p", y)
+    history.ack(x, 0, None)
+    history.ack(y, 0, 1)
+    assert history.check({0: log_of(x, y)}) == {}
+    assert set(history.check({0: log_of(value_of(b"z", 0), y)})) == {"lost-write"}
+    assert set(history.check({0: log_of(y, x)})) == {"nonmonotonic-send", "inconsistent-offsets"}
+
+
 def test_one_value_at_two_offsets_of_the_final_read_is_a_duplicate():
     history = History()
     sent(history, "p", A, 0, 0)
