@@ -45,7 +45,7 @@ class KafkaListenerActor:
                 port = await listener.start()
                 listener.api.port = port
                 self._listener = listener
-                self._expiry = asyncio.get_running_loop().create_task(listener.api.maintain_forever())
+                self._expiry = asyncio.get_running_loop().create_task(listener.api.expire_members_forever())
                 logger.info("event=kafka_listener_started address=%s:%d node_id=%d", listener.api.host, port,
                             self.node_id)
         api = self._listener.api

@@ -25,7 +25,6 @@ from kio.schema.errors import ErrorCode
 
 from raylog import errors, produce_channel, ray_calls
 from raylog.config import ASSIGNORS
-from raylog.consumer.local_leader import LocalLeader
 from raylog.kafka import frames
 from raylog.kafka import record_batch as kafka_batches
 from raylog.kafka.classic_groups import ClassicGroups
@@ -66,11 +65,6 @@ CHANNEL_LOOKUP_S = 1.0
 Ray call; a paused leader holds up its own partition only, and only that long."""
 CHANNEL_RECHECK_S = 5.0
 """A partition whose leader had no same-node channel is looked at again this often."""
-MAX_LOCAL_READERS = 256
-"""Partitions whose files a listener reads itself (each reader holds its segments' descriptors):
-partitions beyond them are fetched by Ray call."""
-LOCAL_IDLE_S = 10.0
-"""A partition's file reader unused this long is closed: a deleted topic's files are not held open."""
 MAX_CHANNELS = 64
 """Same-node produce channels a listener keeps open (each is a socket and two threads): partitions
 beyond them use Ray calls."""
@@ -164,15 +158,11 @@ class BrokerApi:
         self._topic_names: dict[uuid.UUID, str] = {}
         """Topic id -> name of every topic this listener has named by id (Metadata, assignments)."""
         self._lookups: dict[str, asyncio.Future] = {}
+        """Group -> the coordinator lookup under way (one thread per group, however many ask)."""
         self._channels: dict[tuple[str, int], tuple[int, produce_channel.ProduceChannel | None, float]] = {}
         """(topic, partition) -> (leader epoch, the same-node produce channel to that leader or None
         for Ray calls, when it was looked up)."""
         self._ray_node: str | None = None
-        self._local: dict[tuple[str, int], tuple[LocalLeader, float]] = {}
-        """(topic, partition) -> the reader of its leader's (or an in-sync follower's) files on this
-        node, as raylog's consumer reads them (raylog/consumer/local_leader.py), and when it was
-        last used."""
-        """Group -> the coordinator lookup under way (one thread per group, however many ask)."""
         self._handlers: dict[int, Callable] = {
             0: self.produce, 1: self.fetch, 2: self.list_offsets, 3: self.metadata, 8: self.offset_commit,
             9: self.offset_fetch, 10: self.find_coordinator, 11: self.join_group, 12: self.heartbeat,
@@ -212,18 +202,12 @@ class BrokerApi:
         """A Kafka listener user's stored SCRAM credentials (for SASL logins), None if no such user."""
         return await self.cluster.controller.user_credentials.remote(name)
 
-    async def maintain_forever(self, interval_s: float = 0.5) -> None:
-        """Remove classic-group members silent past their session timeout, and close the file
-        readers of partitions not fetched for LOCAL_IDLE_S (the listener runs it)."""
+    async def expire_members_forever(self, interval_s: float = 0.5) -> None:
+        """Remove classic-group members silent past their session timeout (the listener runs it)."""
         while True:
             await asyncio.sleep(interval_s)
             for group, member in self.groups.expire():
                 logger.info("event=classic_member_expired group=%s member=%s", group, member)
-            now = time.monotonic()
-            for key, (local, used) in list(self._local.items()):
-                if now - used > LOCAL_IDLE_S:
-                    local.close()
-                    del self._local[key]
 
     # --- metadata ----------------------------------------------------------------------------
 
@@ -530,42 +514,16 @@ class BrokerApi:
             _make(topic_cls, topic=topic, partitions=tuple(parts)) for topic, parts in by_topic.items()))
 
     async def _fetch_one(self, topic: str, p, max_wait_ms: int) -> tuple:
-        """(error code, high watermark, log start, log end, Kafka batches) of one partition: read
-        from the leader's files when they are on this node and there is something to read, else
-        fetched from the leader (which parks the fetch up to ``max_wait_ms`` for new records)."""
+        """(error code, high watermark, log start, log end, Kafka batches) of one partition."""
         try:
             leader = await self._leader(topic, p.partition)
             epoch = getattr(p, "current_leader_epoch", -1)
-            local = self._read_locally(topic, p.partition, p.fetch_offset, max(p.partition_max_bytes, 1), epoch)
-            if local is not None:
-                return local
             data, hw, log_start, log_end = await leader.fetch.remote(
                 p.fetch_offset, max(p.partition_max_bytes, 1), max_wait_ms, 1, -1, epoch)
             return ErrorCode.none, hw, log_start, log_end, kafka_batches.from_raylog_log(data)
         except Exception as exc:  # noqa: BLE001 - every failure is the partition's error code
             code = self._failure(topic, exc)[0]
             return code, -1, -1, -1, b""
-
-    def _read_locally(self, topic: str, partition: int, offset: int, max_bytes: int, epoch: int) -> tuple | None:
-        """_fetch_one's answer from the partition's files on this node (no call: they are read as
-        raylog's own consumers read them, CRCs checked), or None: fetch from the leader. Only for
-        the leader epoch the client expects, and only when there are records to return."""
-        key = (topic, partition)
-        local = self._local[key][0] if key in self._local else None
-        if local is None:
-            if len(self._local) >= MAX_LOCAL_READERS:
-                return None
-            local = LocalLeader(self.cluster.metadata, topic, partition)
-        self._local[key] = (local, time.monotonic())
-        got = local.read(offset, max_bytes)
-        if got is None or not got[0] or epoch not in (-1, local.epoch) or local.reader is None:
-            return None
-        snap = local.reader.snapshot()
-        if snap is None:
-            return None
-        records, high_watermark = got
-        return ErrorCode.none, high_watermark, snap.log_start_offset, snap.log_end_offset, \
-            kafka_batches.from_raylog_log(records)
 
     # --- offsets -----------------------------------------------------------------------------
 

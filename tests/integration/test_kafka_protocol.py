@@ -297,16 +297,8 @@ def produce_answer(sock: socket.socket):
     from kio.schema.produce.v7.response import ProduceResponse
     from kio.serial import entity_reader
 
-    def exactly(n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = sock.recv(n - len(data))
-            assert chunk, "the listener closed the connection"
-            data += chunk
-        return data
-
-    (size,) = struct.unpack(">i", exactly(4))
-    payload = exactly(size)
+    (size,) = struct.unpack(">i", recv_exactly(sock, 4))
+    payload = recv_exactly(sock, size)
     (correlation_id,) = struct.unpack(">i", payload[:4])
     response, _ = entity_reader(ProduceResponse)(payload, 4)
     return correlation_id, [(p.index, p.error_code.value, p.base_offset)
