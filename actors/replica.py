@@ -211,9 +211,9 @@ class PartitionReplica:
         """The controller that last answered a heartbeat, to tell a busy one from a stopped one."""
         self._controller_busy_logged = False
         self._silence_mark: tuple = (None, 0.0, None)
+        """(the unanswered heartbeat, when its silence was first noticed, the controller's CPU seconds then)."""
         self._idle_looks = 0
         """Looks in a row that saw the silent controller idle (process_state.IDLE_LOOKS)."""
-        """(the unanswered heartbeat, when its silence was first noticed, the controller's CPU seconds then)."""
         self._follower_error: str | None = None
         self.replication_stats = {"follower_fetches_served": 0, "follower_bytes_served": 0,
                                   "fetches_as_follower": 0, "bytes_fetched_as_follower": 0}

@@ -139,7 +139,7 @@ class KafkaListener:
         sender = asyncio.create_task(self._send_answers(answers, writer, closing))
         order = SubmitOrder()
         in_flight: list[tuple[asyncio.Task, bool]] = []
-        """Requests answered but not yet sent, oldest first, and whether each is a produce."""
+        """Requests still being worked on, oldest first, and whether each is a produce."""
         try:
             while not closing.is_set():
                 (size,) = _SIZE.unpack(await asyncio.wait_for(reader.readexactly(_SIZE.size), IDLE_TIMEOUT_S))
