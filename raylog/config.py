@@ -394,6 +394,11 @@ class ClusterConfig:
     TLS (security.protocol SSL, or SASL_SSL with kafka_listener_sasl)."""
     kafka_listener_tls_key: str = ""
     """PEM private key of kafka_listener_tls_cert."""
+    offsets_commit_timeout_ms: int = 5_000
+    """How long the Kafka listener waits on raylog's group coordinator for an OffsetCommit or a
+    ConsumerGroupHeartbeat (finding it, starting __consumer_offsets, storing) before answering
+    COORDINATOR_NOT_AVAILABLE, which clients retry. A connection answers in order, so a longer wait
+    holds the group's heartbeats behind it. Kafka: offsets.commit.timeout.ms, 5 s."""
     num_partitions: int = 1
     """Partitions of an auto-created topic. Kafka: 1."""
     default_replication_factor: int = 1
@@ -417,6 +422,7 @@ class ClusterConfig:
         _check_int(self, "replica_start_concurrency", 1)
         _check_int(self, "replica_heartbeat_interval_ms", 10)
         _check_int(self, "replica_session_timeout_ms", 100)
+        _check_int(self, "offsets_commit_timeout_ms", 1)
         _check(self.auto_create_topics_enable in (None, True, False),
                f"auto_create_topics_enable must be None or a bool, got {self.auto_create_topics_enable!r}")
         _check_int(self, "num_partitions", 1)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import datetime
+import functools
 import logging
 import random
 import time
@@ -52,12 +53,6 @@ GROUP_APIS = frozenset({8, 9, 11, 12, 13, 14, 15, 42, 47, 68})
 is not one: admin clients ask every broker for the groups it coordinates, and the others have none."""
 METADATA_MAX_AGE_S = 1.0
 """A partition's leader is looked up again after this long, or at once after a leadership error."""
-COORDINATOR_WAIT_S = 5.0
-"""How long an OffsetCommit or a ConsumerGroupHeartbeat waits on raylog's group coordinator
-(finding it, starting __consumer_offsets, storing) before answering COORDINATOR_NOT_AVAILABLE,
-which clients retry after finding the coordinator again: Kafka's offsets.commit.timeout.ms. A
-connection answers in order, so a longer wait holds the group's heartbeats behind it. An
-OffsetFetch waits longer (see offset_fetch)."""
 COORDINATOR_RETRY_S = 0.2
 """An OffsetFetch tries a restarting coordinator again after this long."""
 CHANNEL_LOOKUP_S = 1.0
@@ -159,6 +154,9 @@ class BrokerApi:
         """Topic id -> name of every topic this listener has named by id (Metadata, assignments)."""
         self._lookups: dict[str, asyncio.Future] = {}
         """Group -> the coordinator lookup under way (one thread per group, however many ask)."""
+        self._abandoned: set[asyncio.Task] = set()
+        """What is being done about coordinator calls given up on but carried out (see
+        _coordinator_call's ``abandoned``)."""
         self._channels: dict[tuple[str, int], tuple[int, produce_channel.ProduceChannel | None, float]] = {}
         """(topic, partition) -> (leader epoch, the same-node produce channel to that leader or None
         for Ray calls, when it was looked up)."""
@@ -605,13 +603,16 @@ class BrokerApi:
             _make(entry, member_id=m.member_id, group_instance_id=m.group_instance_id, error_code=codes[m.member_id])
             for m in members))
 
-    async def _coordinator_call(self, group_id: str, method: str, *args, wait_s: float = COORDINATOR_WAIT_S,
-                                retry: bool = False):
+    async def _coordinator_call(self, group_id: str, method: str, *args, wait_s: float | None = None,
+                                retry: bool = False, abandoned=None):
         """``method(*args)`` of raylog's coordinator of ``group_id`` (actors/coordinator.py), within
-        ``wait_s`` in all; ``retry``: a retriable failure (the coordinator restarting) is tried again
-        until then."""
+        ``wait_s`` in all (offsets_commit_timeout_ms unless given); ``retry``: a retriable failure
+        (the coordinator restarting) is tried again until then. A call given up on still runs at the
+        coordinator: ``abandoned(answer)`` is then called with its answer, if it succeeds."""
         from raylog.consumer.group_member import coordinator_for
 
+        if wait_s is None:
+            wait_s = self.cluster.config.offsets_commit_timeout_ms / 1000
         deadline = time.monotonic() + wait_s
         while True:
             lookup = self._lookups.get(group_id)
@@ -619,11 +620,14 @@ class BrokerApi:
                 lookup = self._lookups[group_id] = asyncio.ensure_future(asyncio.to_thread(
                     coordinator_for, self.cluster, group_id, self.cluster.config.request_timeout_ms / 1000))
                 lookup.add_done_callback(lambda _: self._lookups.pop(group_id, None))
+            call = None
             try:
                 coordinator = await asyncio.wait_for(asyncio.shield(lookup), max(deadline - time.monotonic(), 0.001))
-                return await asyncio.wait_for(getattr(coordinator, method).remote(*args),
-                                              max(deadline - time.monotonic(), 0.001))
+                call = asyncio.wrap_future(getattr(coordinator, method).remote(*args).future())
+                return await asyncio.wait_for(asyncio.shield(call), max(deadline - time.monotonic(), 0.001))
             except asyncio.TimeoutError:
+                if call is not None and abandoned is not None:
+                    call.add_done_callback(lambda done: self._settle_abandoned(done, abandoned))
                 raise errors.CoordinatorNotAvailableError(
                     f"the coordinator of group {group_id!r} did not answer within {wait_s} s") from None
             except Exception as exc:  # noqa: BLE001 - raised as raylog's error unless tried again
@@ -632,6 +636,26 @@ class BrokerApi:
                         and time.monotonic() + COORDINATOR_RETRY_S < deadline):
                     raise failure from None
             await asyncio.sleep(COORDINATOR_RETRY_S)
+
+    def _settle_abandoned(self, call: asyncio.Future, abandoned) -> None:
+        if call.cancelled() or call.exception() is not None:
+            return
+        task = asyncio.ensure_future(abandoned(call.result()))
+        self._abandoned.add(task)
+        task.add_done_callback(self._abandoned.discard)
+
+    async def _leave_unseen_member(self, group_id: str, instance_id: str | None, answer: dict) -> None:
+        """A KIP-848 join answered after its client had been told COORDINATOR_NOT_AVAILABLE: the
+        member it made, whose id the client never saw, leaves the group."""
+        request = {"group_id": group_id, "member_id": answer["member_id"], "member_epoch": -1, "instance_id": instance_id}
+        try:
+            await self._coordinator_call(group_id, "heartbeat", request,
+                                         wait_s=self.cluster.config.request_timeout_ms / 1000, retry=True)
+            logger.info("kafka listener: member %s of group %r, joined after its client stopped waiting, left",
+                        answer["member_id"], group_id)
+        except Exception as exc:  # noqa: BLE001 - the member's session timeout removes it instead
+            logger.warning("kafka listener: member %s of group %r, joined after its client stopped waiting, "
+                           "could not leave (%r); its session timeout removes it", answer["member_id"], group_id, exc)
 
     @staticmethod
     def _code_of(subject: str, exc: BaseException, retriable: ErrorCode | None = None) -> ErrorCode:
@@ -677,7 +701,13 @@ class BrokerApi:
             return _make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.unsupported_assignor,
                          error_message=f"assignors served: {', '.join(ASSIGNORS)}", member_id=None, member_epoch=-1,
                          heartbeat_interval=datetime.timedelta(0), assignment=None)
-        answer = await self._coordinator_call(body.group_id, "heartbeat", request)
+        abandoned = None
+        if body.member_epoch == 0 and not body.member_id:
+            # The member id is this listener's, and the client never learns it if the answer comes
+            # too late: it joins again under a new one. The member the late join made would hold
+            # partitions until its session expired; it leaves instead.
+            abandoned = functools.partial(self._leave_unseen_member, body.group_id, body.instance_id)
+        answer = await self._coordinator_call(body.group_id, "heartbeat", request, abandoned=abandoned)
         by_topic: dict[str, list[int]] = {}
         for t, p in answer["assignment"]:
             by_topic.setdefault(t, []).append(p)

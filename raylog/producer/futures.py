@@ -15,14 +15,12 @@ neither stall nor kill the sender.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gc
-import itertools
 import logging
 import queue
 import threading
 import time
+from array import array
 
 import numpy as np
 
@@ -34,6 +32,10 @@ log = logging.getLogger(__name__)
 _new_tuple = tuple.__new__
 
 
+def _int64s(values: np.ndarray) -> array:
+    return array("q", np.ascontiguousarray(values, dtype=np.int64).tobytes())
+
+
 class ProduceResult:
     """Outcome of one staged run of records: one offset (or error) per record.
 
@@ -42,7 +44,7 @@ class ProduceResult:
     """
 
     __slots__ = ("topic", "count", "partitions", "timestamps", "offsets", "append_times", "error_index",
-                 "errors", "pending", "done", "metadata_list", "sizes", "_event", "_callbacks",
+                 "errors", "pending", "done", "metadata_columns", "sizes", "_event", "_callbacks",
                  "_runner")
 
     def __init__(self, topic: str, timestamps, runner: "CallbackRunner"):
@@ -62,8 +64,8 @@ class ProduceResult:
         self.pending = -1
         """Partition batches not yet completed; -1 until the run is cut."""
         self.done = False
-        self.metadata_list: list[RecordMetadata] | None = None
-        """Each record's RecordMetadata, built for the whole run on the first one asked for."""
+        self.metadata_columns: tuple | None = None
+        """The RecordMetadata fields of every record as columns, made on the first one asked for."""
         self.sizes: tuple | None = None
         """Per record (serialized key size, value size, header size) arrays, -1 where absent
         (kafka-python's RecordMetadata fields), set when the run is cut."""
@@ -136,29 +138,28 @@ class ProduceResult:
         e = self.error_index[i]
         return self.errors[e] if e >= 0 else None
 
-    def build_metadata(self) -> list[RecordMetadata]:
-        """Every record's metadata, built at once in C (zip, map, tuple.__new__) on the first
-        per-record get(): one RecordMetadata built per call cost 3.7 us a record, kafka-python's
-        nine fields from numpy scalars (issue 33). A send_batch() run never pays for them."""
+    def _metadata_columns(self) -> tuple:
+        """The run's RecordMetadata fields as columns (array.array: 8 bytes a record each, and an
+        index is a Python int), converted from their numpy arrays at once on the first per-record
+        get(). Each RecordMetadata is built when asked for and is garbage once the caller drops
+        it: kept for a whole run, 200,000 of them (tuple subclasses, which the cyclic collector
+        tracks) held 38 MB and set off its full passes over every live object (issue 33)."""
         n, topic = self.count, self.topic
         stamps = self.timestamps
         if self.append_times is not None:
-            stamps = np.where(self.append_times >= 0, self.append_times, np.asarray(stamps, dtype=np.int64)).tolist()
+            stamps = _int64s(np.where(self.append_times >= 0, self.append_times, np.asarray(stamps, dtype=np.int64)))
         elif isinstance(stamps, int):
-            stamps = itertools.repeat(stamps, n)
+            stamps = array("q", [stamps]) * n
         parts = self.partitions
         tps = {p: TopicPartition(topic, p) for p in set(parts)}
-        ks, vs, hs = ((itertools.repeat(-1, n) for _ in range(3)) if self.sizes is None
-                      else (a.tolist() for a in self.sizes))
-        with _collector_paused():
-            self.metadata_list = built = list(map(_new_tuple, itertools.repeat(RecordMetadata, n), zip(
-                itertools.repeat(topic, n), parts, map(tps.__getitem__, parts), self.offsets.tolist(), stamps,
-                itertools.repeat(None, n), ks, vs, hs)))
-        return built
+        ks, vs, hs = (array("q", [-1]) * n,) * 3 if self.sizes is None else (_int64s(a) for a in self.sizes)
+        self.metadata_columns = columns = (topic, parts, tps, _int64s(self.offsets), stamps, ks, vs, hs)
+        return columns
 
     def metadata(self, i: int) -> RecordMetadata:
-        built = self.metadata_list
-        return (built if built is not None else self.build_metadata())[i]
+        topic, parts, tps, offsets, stamps, ks, vs, hs = self.metadata_columns or self._metadata_columns()
+        p = parts[i]
+        return _new_tuple(RecordMetadata, (topic, p, tps[p], offsets[i], stamps[i], None, ks[i], vs[i], hs[i]))
 
     def add_callback(self, index: int | None, fn, on_error: bool) -> None:
         """Run ``fn`` on the callback thread once done: with the record's metadata (or the
@@ -168,24 +169,6 @@ class ProduceResult:
                 self._callbacks = (self._callbacks or []) + [(index, fn, on_error)]
                 return
         self._runner.submit(self, [(index, fn, on_error)])
-
-
-@contextlib.contextmanager
-def _collector_paused():
-    """Python's cyclic garbage collector off while a run's RecordMetadata are built, then back as
-    it was. They are tuples of atomic values (no cycles), but a tuple subclass stays tracked, and
-    building 200,000 set off the collector's full passes over every live object: with the pause, a
-    keyed send()-and-get() loop of 200,000 records ran 313-377 K/s against 260-290 K/s, the full
-    passes' share of its time halved (0.16-0.18 s against 0.31-0.37 s, measured with gc.callbacks).
-    Pausing is process-wide: a thread that turns the collector off meanwhile finds it on after."""
-    paused = gc.isenabled()
-    if paused:
-        gc.disable()
-    try:
-        yield
-    finally:
-        if paused:
-            gc.enable()
 
 
 _CALLBACK_LOCK = threading.Lock()
@@ -261,9 +244,8 @@ class FutureRecordMetadata(tuple):
         """The record's metadata once acknowledged; raises its batch's error, or
         KafkaTimeoutError after ``timeout`` seconds."""
         result, i = self
-        built = result.metadata_list
-        if built is not None and result.error_index is None:
-            return built[i]
+        if result.metadata_columns is not None and result.error_index is None:
+            return result.metadata(i)
         result.wait(timeout)
         error = result.error(i)
         if error is not None:
