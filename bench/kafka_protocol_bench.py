@@ -8,6 +8,11 @@ RF=1, on a local Ray, each the median of --runs runs:
 - confluent-kafka consumer through the listener, assign() from offset 0 to the end: with
   librdkafka's defaults, and tuned (CONSUMER_TUNING: its fetch queue never backs off)
 - the same producer's produce() loop with no broker at all: the client's own ceiling here
+- kcat (librdkafka driven from C, Debian's package) producing the same records from a file with
+  the same settings, and consuming them from offset 0 to the end: a client that is not held back
+  by Python, the rows a Java or C producer would see; each with the cores kcat and the listener
+  used (the producer's rate includes kcat's process start; the consumer's is timed from the first
+  records kcat prints)
 - the cores the client (this process) and the listener used during the producer and consumer
   rows: which of the two a row waits on
 - end-to-end latency p50/p99 in ms: one record produced, consumed, the next (--latency-samples)
@@ -26,7 +31,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
+import shutil
 import statistics
+import subprocess
 import tempfile
 import time
 import uuid
@@ -81,6 +89,47 @@ def produce_ceiling(values: list[bytes], partitions: int) -> float:
     elapsed = time.perf_counter() - started
     producer.purge()
     return len(values) / elapsed
+
+
+KCAT_PRODUCER = ["-X", "acks=all", "-z", "lz4", "-X", "linger.ms=5", "-X", "batch.size=1000000",
+                 "-X", "queue.buffering.max.messages=2000000"]
+"""PRODUCER_CONFIG in kcat's words."""
+KCAT_CONSUMER = ["-X", "queued.min.messages=1000000", "-X", "max.partition.fetch.bytes=2097152"]
+"""CONSUMER_TUNING as far as kcat's librdkafka (2.0 in Debian 12) has it: fetch.queue.backoff.ms came later."""
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def kcat_produce(args: list[str], count: int) -> tuple[float, float]:
+    """kcat -P over its whole run, process start and metadata included: (records/s, its cores)."""
+    cpu, started = _children_cpu_s(), time.perf_counter()
+    done = subprocess.run(["kcat", "-P", *args], capture_output=True, timeout=600)
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0 or done.stderr.strip():
+        raise RuntimeError(f"kcat -P failed: {done.stderr.decode(errors='replace')[-500:]}")
+    return count / elapsed, (_children_cpu_s() - cpu) / elapsed
+
+
+def kcat_consume(args: list[str], count: int) -> tuple[float, float]:
+    """kcat -C printing each record's offset until it has ``count`` (-c, then it exits), timed
+    from the first output it writes to its exit, not from its process start: (records/s counted
+    after that first output, its cores over its whole run). Its stdout to a pipe is written a
+    buffer at a time, so -e (exit at the log's end) would time the last fetch's wait too."""
+    cpu, started = _children_cpu_s(), time.perf_counter()
+    proc = subprocess.Popen(["kcat", "-C", *args, "-c", str(count), "-f", "%o\n"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    first = proc.stdout.read1(1 << 20).count(b"\n")
+    first_at, seen = time.perf_counter(), first
+    while chunk := proc.stdout.read1(1 << 20):
+        seen += chunk.count(b"\n")
+    _, err = proc.communicate(timeout=600)
+    ended = time.perf_counter()
+    if proc.returncode != 0 or seen != count:
+        raise RuntimeError(f"kcat -C read {seen} records of {count}: {err.decode(errors='replace')[-500:]}")
+    return (count - first) / (ended - first_at), (_children_cpu_s() - cpu) / (ended - started)
 
 
 CONSUMER_TUNING = {"fetch.queue.backoff.ms": 0, "queued.min.messages": 1_000_000,
@@ -187,6 +236,14 @@ def run(records: int, partitions: int, runs: int, latency_samples: int) -> dict:
     admin = cluster.admin()
     rows: dict[str, list[float]] = {"listener_produce": [], "listener_consume": [], "listener_consume_defaults": [],
                                     "native_produce": [], "native_consume": [], "client_produce_ceiling": []}
+    has_kcat = shutil.which("kcat") is not None
+    if has_kcat:
+        rows.update({"kcat_produce": [], "kcat_consume": []})
+        lines = os.path.join(data_root, "values.txt")
+        with open(lines, "wb") as f:
+            f.write(b"\n".join(values) + b"\n")
+    else:
+        print("kcat not installed (make venv installs it): its rows are left out", flush=True)
     from raylog.naming import kafka_listener_actor_name
 
     listener = ray.get_actor(kafka_listener_actor_name(ray.get_runtime_context().get_node_id()),
@@ -206,6 +263,17 @@ def run(records: int, partitions: int, runs: int, latency_samples: int) -> dict:
             rows["native_produce"].append(produce)
             rows["native_consume"].append(consume)
             rows["client_produce_ceiling"].append(produce_ceiling(values, partitions))
+            if has_kcat:  # "client" is this process, idle meanwhile: kcat's own cores are kept apart
+                by_kcat = f"kcat-{run_index}"
+                admin.create_topic(by_kcat, partitions)
+                rate, cores = cpu.measure("kcat_produce", lambda: kcat_produce(
+                    ["-b", bootstrap, "-t", by_kcat, *KCAT_PRODUCER, "-l", lines], records))
+                rows["kcat_produce"].append(rate)
+                cpu.shares.setdefault("kcat_produce_kcat", []).append(cores)
+                rate, cores = cpu.measure("kcat_consume", lambda: kcat_consume(
+                    ["-b", bootstrap, "-t", by_kcat, "-o", "beginning", "-q", *KCAT_CONSUMER], records))
+                rows["kcat_consume"].append(rate)
+                cpu.shares.setdefault("kcat_consume_kcat", []).append(cores)
             print(f"run {run_index + 1}: " + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in rows.items()), flush=True)
         admin.create_topic("latency", 1)
         p50, p99 = latency_confluent(bootstrap, "latency", latency_samples)
@@ -232,6 +300,15 @@ def run(records: int, partitions: int, runs: int, latency_samples: int) -> dict:
           f"({result['consumer_vs_native']:.2f}x raylog's consumer {med['native_consume']:,.0f}; "
           f"{result['consumer_vs_kafka_published']:.2f}x Kafka's published {KAFKA_CONSUMER:,}; "
           f"librdkafka's defaults {med['listener_consume_defaults']:,.0f})")
+    if has_kcat:
+        result["kcat_producer_vs_kafka_published"] = med["kcat_produce"] / KAFKA_PRODUCER
+        result["kcat_consumer_vs_kafka_published"] = med["kcat_consume"] / KAFKA_CONSUMER
+        print(f"kcat producer via the listener:            {med['kcat_produce']:>12,.0f} records/s "
+              f"({med['kcat_produce'] / med['native_produce']:.2f}x raylog's producer; "
+              f"{result['kcat_producer_vs_kafka_published']:.2f}x Kafka's published {KAFKA_PRODUCER:,})")
+        print(f"kcat consumer via the listener:            {med['kcat_consume']:>12,.0f} records/s "
+              f"({med['kcat_consume'] / med['native_consume']:.2f}x raylog's consumer; "
+              f"{result['kcat_consumer_vs_kafka_published']:.2f}x Kafka's published {KAFKA_CONSUMER:,})")
     print(f"end-to-end latency through the listener: p50 {p50:.2f} ms, p99 {p99:.2f} ms ({latency_samples} samples)")
     print("cores used (median): " + ", ".join(f"{k} {v:.2f}" for k, v in result["cores_used_median"].items()))
     return result
