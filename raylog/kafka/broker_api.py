@@ -625,9 +625,11 @@ class BrokerApi:
                 coordinator = await asyncio.wait_for(asyncio.shield(lookup), max(deadline - time.monotonic(), 0.001))
                 call = asyncio.wrap_future(getattr(coordinator, method).remote(*args).future())
                 return await asyncio.wait_for(asyncio.shield(call), max(deadline - time.monotonic(), 0.001))
+            except asyncio.CancelledError:  # the client's connection closed meanwhile
+                self._give_up(call, abandoned)
+                raise
             except asyncio.TimeoutError:
-                if call is not None and abandoned is not None:
-                    call.add_done_callback(lambda done: self._settle_abandoned(done, abandoned))
+                self._give_up(call, abandoned)
                 raise errors.CoordinatorNotAvailableError(
                     f"the coordinator of group {group_id!r} did not answer within {wait_s} s") from None
             except Exception as exc:  # noqa: BLE001 - raised as raylog's error unless tried again
@@ -637,12 +639,18 @@ class BrokerApi:
                     raise failure from None
             await asyncio.sleep(COORDINATOR_RETRY_S)
 
-    def _settle_abandoned(self, call: asyncio.Future, abandoned) -> None:
-        if call.cancelled() or call.exception() is not None:
-            return
-        task = asyncio.ensure_future(abandoned(call.result()))
-        self._abandoned.add(task)
-        task.add_done_callback(self._abandoned.discard)
+    def _give_up(self, call: asyncio.Future | None, abandoned) -> None:
+        """Stop waiting on a coordinator call that still runs: its outcome is read when it comes
+        (a failure nobody reads would be logged as such), and a success goes to ``abandoned``."""
+        def settle(done: asyncio.Future) -> None:
+            if done.cancelled() or done.exception() is not None or abandoned is None:
+                return
+            task = asyncio.ensure_future(abandoned(done.result()))
+            self._abandoned.add(task)
+            task.add_done_callback(self._abandoned.discard)
+
+        if call is not None:
+            call.add_done_callback(settle)
 
     async def _leave_unseen_member(self, group_id: str, instance_id: str | None, answer: dict) -> None:
         """A KIP-848 join answered after its client had been told COORDINATOR_NOT_AVAILABLE: the
