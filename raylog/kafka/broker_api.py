@@ -48,12 +48,15 @@ SET, DELETE = 0, 1
 """IncrementalAlterConfigs' operations (APPEND 2 and SUBTRACT 3 are for list configs)."""
 BROKERS_MAX_AGE_S = 2.0
 """The listeners' addresses are asked of the controller again after this long."""
-GROUP_APIS = frozenset({8, 9, 11, 12, 13, 14, 15, 42, 47, 68})
+GROUP_APIS = frozenset({8, 9, 11, 12, 13, 14, 15, 42, 47, 68, 69})
 """The APIs only the group-coordinating listener answers (others say NOT_COORDINATOR). ListGroups
 is not one: admin clients ask every broker for the groups it coordinates, and the others have none."""
 METADATA_MAX_AGE_S = 1.0
 """A partition's leader is looked up again after this long, or at once after a leadership error."""
 COORDINATOR_RETRY_S = 0.2
+MAX_DESCRIBED_GROUPS = 1000
+"""Groups one ConsumerGroupDescribe describes (each is a call to raylog's coordinator); the rest
+of a request with more get INVALID_REQUEST rather than hold its connection for minutes."""
 """An OffsetFetch tries a restarting coordinator again after this long."""
 CHANNEL_LOOKUP_S = 1.0
 """How long a produce waits for its leader's location (its same-node channel) before it goes by
@@ -169,7 +172,7 @@ class BrokerApi:
             22: self.init_producer_id, 23: self.offset_for_leader_epoch, 32: self.describe_configs,
             33: self.alter_configs, 37: self.create_partitions, 42: self.delete_groups,
             44: self.incremental_alter_configs, 47: self.offset_delete, 60: self.describe_cluster,
-            68: self.consumer_group_heartbeat,
+            68: self.consumer_group_heartbeat, 69: self.consumer_group_describe,
         }
 
     async def handle(self, request: frames.Request, client_host: str = "",
@@ -806,12 +809,81 @@ class BrokerApi:
                 for p in t.partitions)) for t in body.topics))
 
     async def list_groups(self, body, cls):
+        """The classic groups this listener runs and, on the coordinating listener, the groups of
+        raylog's own coordinator (KIP-848 members, raylog's consumers, or only committed offsets)
+        with their KIP-848 state names."""
         wanted = set(getattr(body, "states_filter", ()) or ())
         entry = _item(cls, "groups")
         groups = [(g.group_id, g.protocol_type or "consumer", g.state) for g in self.groups.groups.values()]
+        if self.coordinates_groups:
+            try:
+                kept = await asyncio.to_thread(self.cluster.admin().list_consumer_groups)
+            except Exception as exc:  # noqa: BLE001 - the whole answer's error code
+                return _make(cls, throttle_time=NO_THROTTLE, error_code=self._code_of(
+                    "ListGroups", exc, ErrorCode.coordinator_not_available), groups=())
+            classic = {g for g, _, _ in groups}
+            groups += [(g["group_id"], "consumer", g["state"].capitalize()) for g in kept if g["group_id"] not in classic]
         return _make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=tuple(
             _make(entry, group_id=g, protocol_type=t, group_state=st) for g, t, st in groups
             if not wanted or st in wanted))
+
+    async def consumer_group_describe(self, body, cls):
+        """KIP-848's ConsumerGroupDescribe: raylog's coordinator's groups. A classic group this
+        listener runs, or a group nobody has, is GROUP_ID_NOT_FOUND, on which admin clients
+        describe it with DescribeGroups instead (as against Kafka)."""
+        group_cls = _item(cls, "groups")
+        member_cls = _item(group_cls, "members")
+        assignment_cls = member_cls.__dataclass_fields__["assignment"].type
+        part_cls = _item(assignment_cls, "topic_partitions")
+
+        async def assignment(pairs) -> object:
+            by_topic: dict[str, list[int]] = {}
+            for t, p in pairs:
+                by_topic.setdefault(t, []).append(p)
+            parts = []
+            for t, ps in sorted(by_topic.items()):
+                try:
+                    topic_id = self._topic_uuid((await self._topic(t)).description)
+                except errors.RaylogError:
+                    continue  # deleted meanwhile
+                parts.append(_make(part_cls, topic_id=topic_id, topic_name=t, partitions=tuple(sorted(ps))))
+            return _make(assignment_cls, topic_partitions=tuple(parts))
+
+        def missing(group_id: str, code: ErrorCode, message: str):
+            return _undescribed_group(group_cls, group_id, code, message)
+
+        out = []
+        for i, group_id in enumerate(body.group_ids):
+            if i >= MAX_DESCRIBED_GROUPS:
+                out.append(missing(group_id, ErrorCode.invalid_request,
+                                   f"at most {MAX_DESCRIBED_GROUPS} groups are described per request"))
+                continue
+            if self.groups.describe(group_id) is not None:
+                out.append(missing(group_id, ErrorCode.group_id_not_found, f"group {group_id!r} is a classic group"))
+                continue
+            try:
+                d = await asyncio.to_thread(self.cluster.admin().describe_consumer_groups, [group_id])
+            except errors.GroupIdNotFoundError:
+                out.append(missing(group_id, ErrorCode.group_id_not_found, f"group {group_id!r} does not exist"))
+                continue
+            except Exception as exc:  # noqa: BLE001 - the group's error code
+                out.append(missing(group_id, self._code_of(group_id, exc, ErrorCode.coordinator_not_available),
+                                   str(ray_calls.translate(exc))[:500]))
+                continue
+            d = d[0]
+            members = []
+            for m in d["members"]:
+                members.append(_make(
+                    member_cls, member_id=m["member_id"], instance_id=m["instance_id"], rack_id=None,
+                    member_epoch=m["member_epoch"], client_id=m["client_id"] or "", client_host=m["client_host"] or "",
+                    subscribed_topic_names=tuple(m["subscribed_topics"] or ()),
+                    subscribed_topic_regex=m["subscribed_pattern"], assignment=await assignment(m["assigned"]),
+                    target_assignment=await assignment(m["target"])))
+            out.append(_make(group_cls, error_code=ErrorCode.none, error_message=None, group_id=group_id,
+                             group_state=d["state"].capitalize(), group_epoch=d["group_epoch"],
+                             assignment_epoch=d["target_epoch"], assignor_name=d["assignor"] or "",
+                             members=tuple(members), authorized_operations=-2147483648))
+        return _make(cls, throttle_time=NO_THROTTLE, groups=tuple(out))
 
     async def describe_groups(self, body, cls):
         group_cls = _item(cls, "groups")
@@ -990,6 +1062,12 @@ class BrokerApi:
         return _make(cls, throttle_time=NO_THROTTLE, results=tuple(out))
 
 
+def _undescribed_group(entry, group_id: str, code: ErrorCode, message: str | None = None):
+    """A ConsumerGroupDescribe answer for a group that is not described: its error only."""
+    return _make(entry, error_code=code, error_message=message, group_id=group_id, group_state="", group_epoch=-1,
+                 assignment_epoch=-1, assignor_name="", members=(), authorized_operations=-2147483648)
+
+
 def _not_coordinator(cls, body):
     """NOT_COORDINATOR in the shape of ``cls``: the client finds the coordinator again."""
     code = ErrorCode.not_coordinator
@@ -1005,6 +1083,9 @@ def _not_coordinator(cls, body):
         values["groups"] = tuple(_make(entry, error_code=code, group_id=g, group_state="", protocol_type="",
                                        protocol_data="", members=(), authorized_operations=-2147483648)
                                  for g in body.groups)
+    if "groups" in fields and getattr(body, "group_ids", None):  # ConsumerGroupDescribe
+        entry = _item(cls, "groups")
+        values["groups"] = tuple(_undescribed_group(entry, g, code) for g in body.group_ids)
     if "results" in fields and getattr(body, "groups_names", None):  # DeleteGroups
         entry = _item(cls, "results")
         values["results"] = tuple(_make(entry, group_id=g, error_code=code) for g in body.groups_names)

@@ -56,6 +56,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     47: (0, 0),    # OffsetDelete
     60: (0, 1),    # DescribeCluster
     68: (0, 1),    # ConsumerGroupHeartbeat (KIP-848)
+    69: (0, 0),    # ConsumerGroupDescribe (KIP-848)
 }
 """API key -> (lowest, highest) version served: what ApiVersions advertises."""
 

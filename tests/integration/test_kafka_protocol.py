@@ -743,3 +743,40 @@ def test_a_kip848_confluent_kafka_member_and_a_raylog_consumer_share_one_group(c
         wire.close()
         if mine is not None:
             mine.close()
+
+
+def test_confluent_kafka_admin_lists_and_describes_kip848_and_classic_groups(cluster, bootstrap):
+    """confluent-kafka's AdminClient asks ConsumerGroupDescribe first and falls back to the classic
+    DescribeGroups on GROUP_ID_NOT_FOUND, as against Kafka: a KIP-848 group (run by raylog's
+    coordinator) and a classic group (run by the listener) are both listed and described, each
+    with its type, state and its members' partitions."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    from confluent_kafka import ConsumerGroupState, ConsumerGroupType
+    from confluent_kafka.admin import AdminClient
+
+    topic, partitions = new_topic(cluster, 2), 2
+    groups = {"consumer": f"kip848-{uuid.uuid4().hex[:6]}", "classic": f"classic-{uuid.uuid4().hex[:6]}"}
+    members = {kind: confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                               "group.protocol": kind, "auto.offset.reset": "earliest"})
+               for kind, group in groups.items()}
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        for member in members.values():
+            member.subscribe([topic])
+        wait_for(lambda: [m.poll(0.2) for m in members.values()] and all(
+            len(m.assignment()) == partitions for m in members.values()), timeout_s=120, interval_s=0,
+            describe=lambda: {k: m.assignment() for k, m in members.items()})
+        described = {d.group_id: d for d in (f.result(60) for f in admin.describe_consumer_groups(
+            list(groups.values())).values())}
+        for kind, group in groups.items():
+            d = described[group]
+            assert d.state == ConsumerGroupState.STABLE, (kind, d.state)
+            assert d.type == (ConsumerGroupType.CONSUMER if kind == "consumer" else ConsumerGroupType.CLASSIC), kind
+            assert len(d.members) == 1, (kind, d.members)
+            assert sorted(tp.partition for tp in d.members[0].assignment.topic_partitions
+                          if tp.topic == topic) == list(range(partitions)), (kind, d.members[0].assignment)
+        listed = {g.group_id: g.state for g in admin.list_consumer_groups().result(60).valid}
+        assert {listed.get(g) for g in groups.values()} == {ConsumerGroupState.STABLE}, listed
+    finally:
+        for member in members.values():
+            member.close()

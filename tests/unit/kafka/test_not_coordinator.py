@@ -19,7 +19,8 @@ CASES = [(key, version) for key in sorted(broker_api.GROUP_APIS)
 def test_every_group_api_gets_not_coordinator_in_its_own_shape(api_key, version):
     cls = frames.response_class(api_key, version)
     topics = [SimpleNamespace(name="t", partitions=[SimpleNamespace(partition_index=0)])]
-    body = SimpleNamespace(**{15: {"groups": ["g"]}, 42: {"groups_names": ["g"]}, 8: {"topics": topics},
+    body = SimpleNamespace(**{15: {"groups": ["g"]}, 69: {"group_ids": ["g"]}, 42: {"groups_names": ["g"]},
+                              8: {"topics": topics},
                               9: {"topics": topics}, 47: {"topics": topics}}.get(api_key, {}))
     answer = broker_api._not_coordinator(cls, body)
     frames.encode_response(api_key, version, 7, answer)
