@@ -4,8 +4,8 @@ Every record appended to one staged run of a topic (see accumulator.py)
 shares one ``ProduceResult``; a record's future is just ``(result, index)``,
 a tuple built in C. The sender fills the result as each partition batch of
 the run completes (offsets, or the batch's error for its records only) and
-marks it done when the last one has; ``get()`` on a done result reads two
-lists and builds the metadata without waiting on anything.
+marks it done when the last one has; ``get()`` on a done result builds that
+record's RecordMetadata from the run's columns without waiting on anything.
 
 Callbacks (``add_callback`` / ``add_errback``, kafka-python's names) run on
 one callback thread per producer, never on the sender thread, and an

@@ -101,8 +101,6 @@ def test_a_raising_callback_is_isolated_and_later_callbacks_still_run(caplog):
     assert seen[-1] == ("x", 42), "kafka-python's extra callback arguments come first"
 
 
-
-
 def test_a_runs_metadata_carry_each_records_sizes_and_are_not_kept_once_the_caller_drops_them():
     """kafka-python's RecordMetadata fields, per record; and a run keeps its answers as columns,
     not as one RecordMetadata per record (tuple subclasses: 200,000 of them held 38 MB and set
