@@ -11,8 +11,8 @@ RF=1, on a local Ray, each the median of --runs runs:
 - kcat (librdkafka driven from C, Debian's package) producing the same records from a file with
   the same settings, and consuming them from offset 0 to the end: a client that is not held back
   by Python, the rows a Java or C producer would see; each with the cores kcat and the listener
-  used (the producer's rate includes kcat's process start; the consumer's is timed from the first
-  records kcat prints)
+  used (the producer's rate includes kcat's process start; the consumer's is timed from kcat's
+  first output to its exit)
 - the cores the client (this process) and the listener used during the producer and consumer
   rows: which of the two a row waits on
 - end-to-end latency p50/p99 in ms: one record produced, consumed, the next (--latency-samples)

@@ -54,10 +54,10 @@ is not one: admin clients ask every broker for the groups it coordinates, and th
 METADATA_MAX_AGE_S = 1.0
 """A partition's leader is looked up again after this long, or at once after a leadership error."""
 COORDINATOR_RETRY_S = 0.2
+"""An OffsetFetch tries a restarting coordinator again after this long."""
 MAX_DESCRIBED_GROUPS = 1000
 """Groups one ConsumerGroupDescribe describes (each is a call to raylog's coordinator); the rest
 of a request with more get INVALID_REQUEST rather than hold its connection for minutes."""
-"""An OffsetFetch tries a restarting coordinator again after this long."""
 CHANNEL_LOOKUP_S = 1.0
 """How long a produce waits for its leader's location (its same-node channel) before it goes by
 Ray call; a paused leader holds up its own partition only, and only that long."""
@@ -817,12 +817,13 @@ class BrokerApi:
         groups = [(g.group_id, g.protocol_type or "consumer", g.state) for g in self.groups.groups.values()]
         if self.coordinates_groups:
             try:
-                kept = await asyncio.to_thread(self.cluster.admin().list_consumer_groups)
+                coordinated = await asyncio.to_thread(self.cluster.admin().list_consumer_groups)
             except Exception as exc:  # noqa: BLE001 - the whole answer's error code
                 return _make(cls, throttle_time=NO_THROTTLE, error_code=self._code_of(
                     "ListGroups", exc, ErrorCode.coordinator_not_available), groups=())
             classic = {g for g, _, _ in groups}
-            groups += [(g["group_id"], "consumer", g["state"].capitalize()) for g in kept if g["group_id"] not in classic]
+            groups += [(g["group_id"], "consumer", g["state"].capitalize()) for g in coordinated
+                       if g["group_id"] not in classic]
         return _make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=tuple(
             _make(entry, group_id=g, protocol_type=t, group_state=st) for g, t, st in groups
             if not wanted or st in wanted))
@@ -849,26 +850,25 @@ class BrokerApi:
                 parts.append(_make(part_cls, topic_id=topic_id, topic_name=t, partitions=tuple(sorted(ps))))
             return _make(assignment_cls, topic_partitions=tuple(parts))
 
-        def missing(group_id: str, code: ErrorCode, message: str):
-            return _undescribed_group(group_cls, group_id, code, message)
-
         out = []
         for i, group_id in enumerate(body.group_ids):
             if i >= MAX_DESCRIBED_GROUPS:
-                out.append(missing(group_id, ErrorCode.invalid_request,
-                                   f"at most {MAX_DESCRIBED_GROUPS} groups are described per request"))
+                out.append(_undescribed_group(group_cls, group_id, ErrorCode.invalid_request,
+                                              f"at most {MAX_DESCRIBED_GROUPS} groups are described per request"))
                 continue
             if self.groups.describe(group_id) is not None:
-                out.append(missing(group_id, ErrorCode.group_id_not_found, f"group {group_id!r} is a classic group"))
+                out.append(_undescribed_group(group_cls, group_id, ErrorCode.group_id_not_found,
+                                              f"group {group_id!r} is a classic group"))
                 continue
             try:
                 d = await asyncio.to_thread(self.cluster.admin().describe_consumer_groups, [group_id])
             except errors.GroupIdNotFoundError:
-                out.append(missing(group_id, ErrorCode.group_id_not_found, f"group {group_id!r} does not exist"))
+                out.append(_undescribed_group(group_cls, group_id, ErrorCode.group_id_not_found,
+                                              f"group {group_id!r} does not exist"))
                 continue
             except Exception as exc:  # noqa: BLE001 - the group's error code
-                out.append(missing(group_id, self._code_of(group_id, exc, ErrorCode.coordinator_not_available),
-                                   str(ray_calls.translate(exc))[:500]))
+                code = self._code_of(group_id, exc, ErrorCode.coordinator_not_available)
+                out.append(_undescribed_group(group_cls, group_id, code, str(ray_calls.translate(exc))[:500]))
                 continue
             d = d[0]
             members = []

@@ -23,6 +23,7 @@ import raylog
 from raylog.consumer.group_member import coordinator_for
 from raylog.errors import GroupIdNotFoundError
 from tests.integration.conftest import wait_for
+from tests.support.kafka_wire import recv_exactly
 
 COORDINATOR_NOT_AVAILABLE = 15
 
@@ -35,16 +36,6 @@ def cluster(tmp_path_factory):
                                        "replica_session_timeout_ms": 120_000})
     yield c
     ray.shutdown()
-
-
-def recv_exactly(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("the listener closed the connection")
-        data += chunk
-    return data
 
 
 def join(sock: socket.socket, group: str, topic: str):

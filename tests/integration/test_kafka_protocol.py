@@ -18,6 +18,7 @@ import pytest
 from raylog.records import TopicPartition as RaylogTP
 from tests.integration.conftest import wait_for
 from tests.support.faults import another_user_can_run
+from tests.support.kafka_wire import recv_exactly
 
 import kafka
 from kafka import KafkaConsumer, KafkaProducer
@@ -347,15 +348,6 @@ def test_an_api_version_not_served_gets_kafkas_refusal_listing_what_is(bootstrap
     count = struct.unpack_from(">i", answer, 6)[0]
     keys = {struct.unpack_from(">hhh", answer, 10 + 6 * i)[0] for i in range(count)}
     assert {0, 1, 3, 18} <= keys
-
-
-def recv_exactly(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        assert chunk, "connection closed"
-        data += chunk
-    return data
 
 
 INTRUDER = r"""
