@@ -40,11 +40,15 @@ $(STAMP): pyproject.toml constraints.txt
 
 # make test: everything but the longest fault scenarios (marked long in tests/conftest.py), which
 # make test-long runs; CI (.ci/run) runs both.
+# A failed run ends with the lines of Ray's logs that say why a process died (tests/support/postmortem.py).
+pytest_explained = @start=$$(date +%s); set -x; $(PY) -m pytest $(1) --durations=15 $(PYTEST_ARGS) || \
+	{ $(PY) -m tests.support.postmortem --since $$start; exit 1; }
+
 test: $(STAMP) $(JAR) tools
-	$(PY) -m pytest -m "not long" --durations=15 $(PYTEST_ARGS)
+	$(call pytest_explained,-m "not long")
 
 test-long: $(STAMP) $(JAR)
-	$(PY) -m pytest -m long --durations=15 $(PYTEST_ARGS)
+	$(call pytest_explained,-m long)
 
 test-unit: $(STAMP) $(JAR)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

@@ -405,11 +405,12 @@ class Controller:
         """Start the node's Kafka listener (one per node, speaking for its raylog node id), or find
         the one running; it binds on its first address() call. Ray restarts it on its node; it ends
         with the node, and the node's next registration starts another."""
-        from actors.kafka_listener import KafkaListenerActor  # kio and the listener load only where one runs
-
         options = placement_nodes.agent_actor_options(ray_node, kafka_listener_actor_name(ray_node), self.namespace)
 
         def start():
+            # Imported in this worker thread: an import on the loop holds every heartbeat behind it.
+            from actors.kafka_listener import KafkaListenerActor
+
             return _actor_class(KafkaListenerActor).options(**options, get_if_exists=True).remote(
                 self.namespace, node, self.head_node)
         try:

@@ -539,20 +539,7 @@ class GroupCoordinatorState:
                     f"group {group_id!r} has {len(group.members)} member(s); a commit without a member id "
                     "(manual assign) is only allowed while the group is empty")
         else:
-            member = group.members.get(member_id)
-            if member is None:
-                raise UnknownMemberIdError(f"group {group_id!r} has no member {member_id!r}; offsets not committed")
-            if not _is_int(member_epoch):
-                raise InvalidConfigError(f"member_epoch must be an int, got {member_epoch!r}")
-            current = group.current.get(member_id, _JOINING)
-            if member_epoch > current.member_epoch:
-                raise FencedMemberEpochError(
-                    f"member {member_id!r} of group {group_id!r} committed at epoch {member_epoch}, ahead of its "
-                    f"epoch {current.member_epoch}; it must rejoin")
-            if member_epoch < current.member_epoch:
-                raise StaleMemberEpochError(
-                    f"member {member_id!r} of group {group_id!r} committed at epoch {member_epoch}, behind its "
-                    f"epoch {current.member_epoch}")
+            current = _member_at_epoch(group, member_id, member_epoch, "committed")
             may_commit = current.assigned | current.pending_revocation
             for (topic, partition), _, _ in entries:
                 if (topic, partition) not in may_commit:
@@ -605,12 +592,21 @@ class GroupCoordinatorState:
 
     # --- queries ------------------------------------------------------------------------
 
-    def fetch_offsets(self, group_id: str,
-                      partitions: Iterable[tuple[str, int]] | None) -> dict[tuple[str, int], tuple[int, str]]:
+    def fetch_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]] | None,
+                      member_id: str | None = None,
+                      member_epoch: int = -1) -> dict[tuple[str, int], tuple[int, str]]:
         """Committed (offset, metadata) per partition; partitions without a committed offset (or
-        of an unknown group) are absent. ``partitions=None`` returns all of the group's."""
+        of an unknown group) are absent. ``partitions=None`` returns all of the group's.
+
+        In a group with members, a member id or an epoch >= 0 (a KIP-848 member asking) must name
+        a member at its current epoch, checked as commit_offsets checks it, as Kafka's
+        ConsumerGroup.validateOffsetFetch decides. Neither (an admin, or a consumer that assigns its
+        own partitions) reads whoever asks, and so does anyone in a group without members: that is
+        also how a classic group looks here, whose members Kafka never checks on a fetch."""
         _validate_group_id(group_id)
         group = self._groups.get(group_id)
+        if (member_id is not None or member_epoch >= 0) and group is not None and group.members:
+            _member_at_epoch(group, member_id, member_epoch, "fetched offsets")
         stored = group.offsets if group else {}
         wanted = sorted(stored) if partitions is None else sorted(
             {_partition_id(tp, "fetch_offsets") for tp in partitions})
@@ -954,6 +950,27 @@ def _validate_heartbeat(req: HeartbeatRequest, config: GroupCoordinatorConfig) -
     for name in ("client_id", "client_host"):
         if not isinstance(getattr(req, name), str):
             raise InvalidConfigError(f"{name} must be a string, got {getattr(req, name)!r}")
+
+
+def _member_at_epoch(group: Group, member_id: str | None, member_epoch: int, doing: str) -> CurrentAssignment:
+    """The current assignment of ``member_id``, which asks at ``member_epoch``: UnknownMemberIdError
+    if the group has no such member, FencedMemberEpochError for an epoch the coordinator never
+    gave it (it must rejoin), StaleMemberEpochError for one it has moved on from."""
+    member = group.members.get(member_id) if member_id is not None else None
+    if member is None:
+        raise UnknownMemberIdError(f"group {group.group_id!r} has no member {member_id!r}; nothing {doing}")
+    if not _is_int(member_epoch):
+        raise InvalidConfigError(f"member_epoch must be an int, got {member_epoch!r}")
+    current = group.current.get(member_id, _JOINING)
+    if member_epoch > current.member_epoch:
+        raise FencedMemberEpochError(
+            f"member {member_id!r} of group {group.group_id!r} {doing} at epoch {member_epoch}, ahead of its "
+            f"epoch {current.member_epoch}; it must rejoin")
+    if member_epoch < current.member_epoch:
+        raise StaleMemberEpochError(
+            f"member {member_id!r} of group {group.group_id!r} {doing} at epoch {member_epoch}, behind its "
+            f"epoch {current.member_epoch}")
+    return current
 
 
 def _check_member_epoch(req: HeartbeatRequest, current: CurrentAssignment,

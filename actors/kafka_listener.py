@@ -13,13 +13,15 @@ import asyncio
 import logging
 import os
 import ssl
+from typing import TYPE_CHECKING
 
 import ray
 
 from raylog.config import listener_address
-from raylog.kafka.broker_api import BrokerApi
-from raylog.kafka.listener import KafkaListener
 from raylog.logs import configure_actor_logging
+
+if TYPE_CHECKING:
+    from raylog.kafka.listener import KafkaListener
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +54,14 @@ class KafkaListenerActor:
         return {"node_id": self.node_id, "host": api.host, "port": api.port}
 
     def _build(self) -> KafkaListener:
+        # The protocol's modules (kio's schemas: 0.8 s to import on an idle machine, far more at
+        # Ray's worker niceness on a loaded one) load here, in the listener's process and off its
+        # loop: the controller imports this module to start the actor, and an import of them on its
+        # event loop held every heartbeat and creation behind it (a creation waited 40 s beside a
+        # CPU hog).
         from raylog.cluster import attached
+        from raylog.kafka.broker_api import BrokerApi
+        from raylog.kafka.listener import KafkaListener
 
         cluster = attached(self.namespace)
         config = cluster.config

@@ -6,6 +6,11 @@ ratio, compress and inflate alone (the codec's call on the laid-out bytes), and 
 batch built from columns (``batch.build_columns``) and decoded back to columns
 (``RecordBatch.columns``). Medians of --runs timings, MB/s of uncompressed payload.
 
+Then the Kafka listener's conversions of the same records (raylog/kafka/record_batch.py), in
+records/s: a raylog batch to Kafka's v2 (every fetch), Kafka's v2 to a raylog batch (every
+produce, lz4 both sides as librdkafka sends it), and the step that reads a Kafka batch's records,
+by columns and one record at a time.
+
     python -m bench.codec_bench [--runs 25] [--json PATH]
 """
 
@@ -20,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from raylog.kafka import record_batch as kafka_batch
 from raylog.storage import batch as record_batch
 from raylog.storage import payload
 
@@ -86,10 +92,41 @@ def main(argv=None) -> None:
         results[name] = row
         print(f"{name:8s} {row['ratio']:6.2f} {mb / compress_s:10.0f} {mb / inflate_s:10.0f} "
               f"{row['build_batch_mb_s']:12.0f} {row['decode_batch_mb_s']:13.0f}")
+    kafka = kafka_conversions(key_col, value_col, stamps, args.runs)
+    for name, rate in kafka.items():
+        print(f"kafka v2 {name:36s} {rate:12,.0f} records/s")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"payload_bytes": len(raw), "records": RECORDS, "runs": args.runs, "codecs": results}, f,
-                      indent=2)
+            json.dump({"payload_bytes": len(raw), "records": RECORDS, "runs": args.runs, "codecs": results,
+                       "kafka_v2_records_per_s": kafka}, f, indent=2)
+
+
+def kafka_conversions(key_col, value_col, stamps, runs: int) -> dict[str, float]:
+    """Records/s of the Kafka listener's batch conversions on the bench's records."""
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    stored = record_batch.RecordBatch(record_batch.build_columns(key_col, value_col, stamps, compression="lz4"))
+    cols = stored.columns()
+    plain = kafka_batch.from_raylog(stored)
+    header = (0, -1, 0, RECORDS - 1, int(stamps[0]), int(stamps[-1]), -1, -1, -1)
+    body = plain[kafka_batch.HEADER_SIZE:]
+    produced = kafka_batch.decode(plain)[0]
+    # The same records as a Kafka client sends them with lz4, written by kafka-python (the tests'
+    # judge of the format).
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=payload.CODEC_LZ4, is_transactional=False,
+                                        producer_id=-1, producer_epoch=-1, base_sequence=-1, batch_size=1 << 30)
+    for i, (key, value) in enumerate(zip(produced.keys, produced.values)):
+        builder.append(i, timestamp=int(stamps[i]), key=key, value=value, headers=[])
+    lz4_batch = bytes(builder.build())
+    assert kafka_batch.decode(lz4_batch)[0].codec == payload.CODEC_LZ4
+    timed = {
+        "raylog to kafka (fetch), by columns": lambda: kafka_batch.from_raylog(stored),
+        "raylog to kafka, one record at a time": lambda: kafka_batch._encode_each(cols, RECORDS),
+        "kafka lz4 to raylog lz4 (produce)": lambda: kafka_batch.to_raylog(kafka_batch.decode(lz4_batch)[0]),
+        "kafka records read, by columns": lambda: kafka_batch._records(body, RECORDS, header),
+        "kafka records read, one record at a time": lambda: kafka_batch._each_record(body, RECORDS, header),
+    }
+    return {name: RECORDS / median_s(fn, runs) for name, fn in timed.items()}
 
 
 if __name__ == "__main__":

@@ -55,9 +55,10 @@ METADATA_MAX_AGE_S = 1.0
 """A partition's leader is looked up again after this long, or at once after a leadership error."""
 COORDINATOR_RETRY_S = 0.2
 """An OffsetFetch tries a restarting coordinator again after this long."""
-MAX_DESCRIBED_GROUPS = 1000
-"""Groups one ConsumerGroupDescribe describes (each is a call to raylog's coordinator); the rest
-of a request with more get INVALID_REQUEST rather than hold its connection for minutes."""
+MAX_GROUPS_PER_REQUEST = 1000
+"""Groups one ConsumerGroupDescribe or OffsetFetch answers for (each is a call to raylog's
+coordinator); the rest of a request with more get INVALID_REQUEST rather than hold its connection
+for minutes."""
 CHANNEL_LOOKUP_S = 1.0
 """How long a produce waits for its leader's location (its same-node channel) before it goes by
 Ray call; a paused leader holds up its own partition only, and only that long."""
@@ -757,19 +758,46 @@ class BrokerApi:
             for t in body.topics))
 
     async def offset_fetch(self, body, cls):
-        topic_cls = _item(cls, "topics")
+        if not hasattr(body, "groups"):
+            code, topics = await self._committed(body.group_id, body.topics, _item(cls, "topics"))
+            return _make(cls, throttle_time=NO_THROTTLE, error_code=code, topics=topics)
+        # v8 on: several groups, each answered on its own (each may have its own coordinator
+        # actor); v9 adds the asking member, whom a KIP-848 group checks.
+        group_cls = _item(cls, "groups")
+        topic_cls = _item(group_cls, "topics")
+        served, refused = body.groups[:MAX_GROUPS_PER_REQUEST], body.groups[MAX_GROUPS_PER_REQUEST:]
+        answers = await asyncio.gather(*(
+            self._committed(g.group_id, g.topics, topic_cls, batched=True,
+                            member_id=getattr(g, "member_id", None) or None, member_epoch=getattr(g, "member_epoch", -1))
+            for g in served))
+        answers += [(ErrorCode.invalid_request, ())] * len(refused)
+        return _make(cls, throttle_time=NO_THROTTLE, groups=tuple(
+            _make(group_cls, group_id=g.group_id, error_code=code, topics=topics)
+            for g, (code, topics) in zip(body.groups, answers)))
+
+    async def _committed(self, group_id: str, asked, topic_cls, batched: bool = False,
+                         member_id: str | None = None, member_epoch: int = -1) -> tuple[ErrorCode, tuple]:
+        """One group's OffsetFetch answer: its error code and its topics (of ``topic_cls``), for the
+        partitions ``asked`` (kio's request topics, or None: all the group has)."""
         part_cls = _item(topic_cls, "partitions")
-        wanted = None if body.topics is None else [[t.name, p] for t in body.topics for p in t.partition_indexes]
+        wanted = None if asked is None else [[t.name, p] for t in asked for p in t.partition_indexes]
+        if self.groups.group(group_id) is not None:
+            # A classic group's members are this listener's: Kafka's classic groups let anyone
+            # read their offsets, and raylog's coordinator does not know them. (librdkafka sends
+            # a classic member's id and generation, and "" for a consumer outside any group.)
+            member_id, member_epoch = None, -1
         try:
             # A failed OffsetFetch costs far more than a slow one: librdkafka leaves the partitions it
             # asked for unread until the next rebalance. So it waits out a coordinator restarting
             # or paused (Kafka's coordinator answers it from memory).
-            rows = await self._coordinator_call(body.group_id, "fetch_offsets", body.group_id, wanted,
+            rows = await self._coordinator_call(group_id, "fetch_offsets", group_id, wanted, member_id, member_epoch,
                                                 wait_s=self.cluster.config.request_timeout_ms / 1000, retry=True)
             code = ErrorCode.none
         except Exception as exc:  # noqa: BLE001 - the group's error code
             # Kafka's answer while a coordinator loads, which clients retry.
-            rows, code = [], self._code_of(body.group_id, exc, ErrorCode.coordinator_load_in_progress)
+            rows, code = [], self._code_of(group_id, exc, ErrorCode.coordinator_load_in_progress)
+            if batched:  # the group's own error code says it all, as Kafka answers v8 on
+                return code, ()
         found = {(t, p): (o, m) for t, p, o, m in rows}
         if wanted is None:
             wanted = [[t, p] for t, p in found]
@@ -780,8 +808,7 @@ class BrokerApi:
             # -1 ("nothing committed") from an answer that failed.
             by_topic.setdefault(t, []).append(_make(part_cls, partition_index=p, committed_offset=offset,
                                                     committed_leader_epoch=-1, metadata=meta, error_code=code))
-        return _make(cls, throttle_time=NO_THROTTLE, error_code=code, topics=tuple(
-            _make(topic_cls, name=t, partitions=tuple(parts)) for t, parts in by_topic.items()))
+        return code, tuple(_make(topic_cls, name=t, partitions=tuple(parts)) for t, parts in by_topic.items())
 
     async def offset_delete(self, body, cls):
         """Kafka's OffsetDelete: a group's committed offsets of topics no member subscribes to."""
@@ -811,22 +838,24 @@ class BrokerApi:
     async def list_groups(self, body, cls):
         """The classic groups this listener runs and, on the coordinating listener, the groups of
         raylog's own coordinator (KIP-848 members, raylog's consumers, or only committed offsets)
-        with their KIP-848 state names."""
-        wanted = set(getattr(body, "states_filter", ()) or ())
+        with their KIP-848 state names; v5's group type is "classic" or "consumer". Filters match
+        without regard to case, as Kafka's group coordinator matches them."""
+        states = {s.lower() for s in getattr(body, "states_filter", ()) or ()}
+        types = {t.lower() for t in getattr(body, "types_filter", ()) or ()}
         entry = _item(cls, "groups")
-        groups = [(g.group_id, g.protocol_type or "consumer", g.state) for g in self.groups.groups.values()]
-        if self.coordinates_groups:
+        groups = [(g.group_id, g.protocol_type or "consumer", g.state, "classic") for g in self.groups.groups.values()]
+        if self.coordinates_groups and (not types or "consumer" in types):
             try:
                 coordinated = await asyncio.to_thread(self.cluster.admin().list_consumer_groups)
             except Exception as exc:  # noqa: BLE001 - the whole answer's error code
                 return _make(cls, throttle_time=NO_THROTTLE, error_code=self._code_of(
                     "ListGroups", exc, ErrorCode.coordinator_not_available), groups=())
-            classic = {g for g, _, _ in groups}
-            groups += [(g["group_id"], "consumer", g["state"].capitalize()) for g in coordinated
+            classic = {g for g, *_ in groups}
+            groups += [(g["group_id"], "consumer", g["state"].capitalize(), "consumer") for g in coordinated
                        if g["group_id"] not in classic]
         return _make(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=tuple(
-            _make(entry, group_id=g, protocol_type=t, group_state=st) for g, t, st in groups
-            if not wanted or st in wanted))
+            _make(entry, group_id=g, protocol_type=t, group_state=st, group_type=kind) for g, t, st, kind in groups
+            if (not states or st.lower() in states) and (not types or kind in types)))
 
     async def consumer_group_describe(self, body, cls):
         """KIP-848's ConsumerGroupDescribe: raylog's coordinator's groups. A classic group this
@@ -852,9 +881,9 @@ class BrokerApi:
 
         out = []
         for i, group_id in enumerate(body.group_ids):
-            if i >= MAX_DESCRIBED_GROUPS:
+            if i >= MAX_GROUPS_PER_REQUEST:
                 out.append(_undescribed_group(group_cls, group_id, ErrorCode.invalid_request,
-                                              f"at most {MAX_DESCRIBED_GROUPS} groups are described per request"))
+                                              f"at most {MAX_GROUPS_PER_REQUEST} groups are described per request"))
                 continue
             if self.groups.describe(group_id) is not None:
                 out.append(_undescribed_group(group_cls, group_id, ErrorCode.group_id_not_found,
@@ -1078,10 +1107,11 @@ def _not_coordinator(cls, body):
     if "heartbeat_interval" in fields:  # ConsumerGroupHeartbeat: no member, no assignment
         values.update(member_id=None, member_epoch=-1, heartbeat_interval=datetime.timedelta(0), assignment=None,
                       error_message=None)
-    if "groups" in fields and getattr(body, "groups", None):  # DescribeGroups: each group's answer
+    if "groups" in fields and getattr(body, "groups", None):  # DescribeGroups, OffsetFetch v8 on: each group's
         entry = _item(cls, "groups")
-        values["groups"] = tuple(_make(entry, error_code=code, group_id=g, group_state="", protocol_type="",
-                                       protocol_data="", members=(), authorized_operations=-2147483648)
+        values["groups"] = tuple(_make(entry, error_code=code, group_id=getattr(g, "group_id", g), group_state="",
+                                       protocol_type="", protocol_data="", members=(), topics=(),
+                                       authorized_operations=-2147483648)
                                  for g in body.groups)
     if "groups" in fields and getattr(body, "group_ids", None):  # ConsumerGroupDescribe
         entry = _item(cls, "groups")

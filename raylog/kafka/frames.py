@@ -31,15 +31,15 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     1: (4, 12),    # Fetch: v13 on names topics by id
     2: (1, 6),     # ListOffsets
     3: (0, 12),    # Metadata
-    8: (2, 8),     # OffsetCommit
-    9: (1, 7),     # OffsetFetch: v8 on batches groups
+    8: (2, 9),     # OffsetCommit: v9 (KIP-848 members') is v8
+    9: (1, 9),     # OffsetFetch: v10 on names topics by id
     10: (0, 4),    # FindCoordinator
     11: (0, 7),    # JoinGroup
     12: (0, 4),    # Heartbeat
     13: (0, 5),    # LeaveGroup
     14: (0, 5),    # SyncGroup
     15: (0, 5),    # DescribeGroups
-    16: (0, 4),    # ListGroups
+    16: (0, 5),    # ListGroups
     17: (0, 1),    # SaslHandshake: after v0 the tokens come as bare frames, not SaslAuthenticate
     18: (0, 3),    # ApiVersions
     19: (2, 7),    # CreateTopics

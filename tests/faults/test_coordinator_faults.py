@@ -59,9 +59,9 @@ def sim(tmp_path_factory):
         yield sim
 
 
-def committer(sim, group: str):
+def committer(sim, group: str, request_timeout_ms: int = REQUEST_MS):
     """A consumer that commits explicit offsets for a group with no members (assign mode)."""
-    consumer = sim.cluster.consumer(group_id=group, enable_auto_commit=False, request_timeout_ms=REQUEST_MS)
+    consumer = sim.cluster.consumer(group_id=group, enable_auto_commit=False, request_timeout_ms=request_timeout_ms)
     consumer.assign([TopicPartition(sim.topic, 0)])
     return consumer
 
@@ -129,7 +129,9 @@ def test_a_commit_after_the_offsets_partition_leader_moved_succeeds_on_a_retry_n
     at once (a preferred election after a reorder was refused now and then, with no way to tell
     when it would be taken)."""
     group = f"g2-{uuid.uuid4().hex[:6]}"
-    consumer = committer(sim, group)
+    # The client waits longer than the cluster's request timeout, after which the coordinator gave
+    # up before the fix: only that, not a slow write on a loaded machine, fails the commit below.
+    consumer = committer(sim, group, request_timeout_ms=60_000)
     with_retries(lambda: commit(consumer, sim, 1), 60)
     admin = sim.cluster.admin()
     p = offsets_partition(group)
@@ -201,7 +203,7 @@ def test_a_restarted_coordinator_replays_every_acknowledged_commit_after_an_offs
     consumer = committer(sim, group)
     with_retries(lambda: commit(consumer, sim, 1), 60)
     with_retries(lambda: commit(consumer, sim, 2), 60)
-    commit(consumer, sim, 3)
+    with_retries(lambda: commit(consumer, sim, 3), 60)
     leader = next(r for r in offsets_replicas(sim, group) if r.get("role") == "leader")
     followers = [r for r in offsets_replicas(sim, group) if r.get("role") == "follower"]
     # The followers have the last commit, but learn the high watermark that covers it only from

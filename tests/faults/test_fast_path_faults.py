@@ -317,7 +317,10 @@ def test_a_rotted_leader_refused_a_hand_over_asks_again_once_an_in_sync_replica_
     The leader used to report a batch once only, so the partition served nothing past it for good
     (a short chaos run's final read once waited 180 s on it). It asks again while readers still
     ask for the batch: once the follower is back in sync, it takes over and every record is read."""
-    with simulated_cluster(str(tmp_path), workers=2, cluster_config=CONFIG) as sim:
+    # No preferred-leader election: the rotted replica is the preferred leader, and one that ran
+    # once it was back in sync (every 30 s, so on a slow run) would move the leadership back.
+    with simulated_cluster(str(tmp_path), workers=2,
+                           cluster_config={**CONFIG, "auto_leader_rebalance_enable": False}) as sim:
         admin = sim.cluster.admin()
         admin.create_topic("rot", 1, replication_factor=2)
         values, victim, _ = rotted_leader(sim.cluster, 1000, rotted=500)

@@ -380,9 +380,11 @@ def test_a_full_disk_fails_appends_by_name_keeps_records_readable_and_writing_re
         with pytest.raises(KafkaStorageError) as full:
             ray.get(handles(sim, topic)[leader["replica_id"]].produce.remote(np.frombuffer(batch, dtype=np.uint8), -1))
         assert leader["directory"] in str(full.value) and full.value.retriable
-        impatient = sim.cluster.producer(acks="all", delivery_timeout_ms=3000, request_timeout_ms=2000, linger_ms=0)
+        # Each attempt may wait long for a starved replica's answer (the storage error, not a timeout,
+        # must be what the delivery timeout reports); the retries go on until the delivery timeout.
+        impatient = sim.cluster.producer(acks="all", delivery_timeout_ms=10_000, request_timeout_ms=8_000, linger_ms=0)
         with pytest.raises(RaylogError, match="KafkaStorageError: cannot write to log directory"):
-            impatient.send_batch(topic, [os.urandom(8000) for _ in range(50)]).wait(timeout=30)
+            impatient.send_batch(topic, [os.urandom(8000) for _ in range(50)]).wait(timeout=60)
         impatient.close()
         reader = sim.cluster.consumer(topic, auto_offset_reset="earliest")
         assert [r.value for r in consume_all(reader, 100)] == [b"before-%d" % i for i in range(100)]

@@ -73,6 +73,7 @@ def test_a_rolling_restart_with_drain_loses_nothing_and_keeps_every_partition_le
         admin = cluster.admin()
         admin.create_topic(chaos.TOPIC, chaos.PARTITIONS, replication_factor=3)
         work = chaos.Workload(sim, history, random.Random(seed), print, None)
+        watch = None
         try:
             wait_for(lambda: len(history.acked) > 500, timeout_s=120)
             wait_for(lambda: OFFSETS_TOPIC in admin.list_topics(include_internal=True) and
@@ -80,7 +81,10 @@ def test_a_rolling_restart_with_drain_loses_nothing_and_keeps_every_partition_le
             watch = LeaderWatch(cluster, [chaos.TOPIC, OFFSETS_TOPIC])
             for ray_node in [n for n in sim.node_ids() if n != sim.head_id()]:
                 node = sim.raylog_node(ray_node)
-                drained = admin.drain_node(node)
+                # A drain ends when its followers have caught up (an event); the timeout only
+                # bounds a hang: at the default 30 s, followers starved by a CPU hog were still
+                # behind and the drain answered in_isr=1.
+                drained = admin.drain_node(node, timeout_ms=300_000)
                 assert drained["can_stop"] and drained["leaders"] == 0 and drained["in_isr"] == 0, drained
                 for topic in (chaos.TOPIC, OFFSETS_TOPIC):
                     for state in admin.describe_partitions(topic):
@@ -108,6 +112,8 @@ def test_a_rolling_restart_with_drain_loses_nothing_and_keeps_every_partition_le
                                       f"{chaos.end_offsets(cluster)}, group {admin.describe_consumer_groups([chaos.GROUP])}, "
                                       f"partitions {admin.describe_partitions(chaos.TOPIC)}")
         finally:
+            if watch is not None:
+                watch.stop()
             work.producers.stop(30)
             work.stop_kafka()
             work.group.stop()

@@ -9,23 +9,26 @@ never restarted meanwhile.
 from __future__ import annotations
 
 import datetime
-import io
 import os
 import signal
 import socket
-import struct
 import uuid
 
 import pytest
 import ray
 
 import raylog
+from raylog import TopicPartition
 from raylog.consumer.group_member import coordinator_for
 from raylog.errors import GroupIdNotFoundError
 from tests.integration.conftest import wait_for
-from tests.support.kafka_wire import recv_exactly
+from tests.support.kafka_wire import call
 
 COORDINATOR_NOT_AVAILABLE = 15
+INVALID_REQUEST = 42
+UNKNOWN_MEMBER_ID = 25
+FENCED_MEMBER_EPOCH = 110
+STALE_MEMBER_EPOCH = 113
 
 
 @pytest.fixture(scope="module")
@@ -43,21 +46,11 @@ def join(sock: socket.socket, group: str, topic: str):
     client's bytes; returns the answer."""
     from kio.schema.consumer_group_heartbeat.v0.request import ConsumerGroupHeartbeatRequest
     from kio.schema.consumer_group_heartbeat.v0.response import ConsumerGroupHeartbeatResponse
-    from kio.serial import entity_reader, entity_writer
 
-    body = io.BytesIO()
-    entity_writer(ConsumerGroupHeartbeatRequest)(body, ConsumerGroupHeartbeatRequest(
+    return call(sock, ConsumerGroupHeartbeatRequest(
         group_id=group, member_id="", member_epoch=0, instance_id=None, rack_id=None,
         rebalance_timeout=datetime.timedelta(seconds=30), subscribed_topic_names=(topic,), server_assignor=None,
-        topic_partitions=()))
-    # Request header v2: api key 68, version 0, correlation id, client id, no tagged fields.
-    payload = struct.pack(">hhih", 68, 0, 7, 4) + b"test" + b"\x00" + body.getvalue()
-    sock.sendall(struct.pack(">i", len(payload)) + payload)
-    (size,) = struct.unpack(">i", recv_exactly(sock, 4))
-    answer = recv_exactly(sock, size)
-    assert struct.unpack_from(">i", answer)[0] == 7
-    response, _ = entity_reader(ConsumerGroupHeartbeatResponse)(answer, 5)  # header v1: + tagged fields
-    return response
+        topic_partitions=()), ConsumerGroupHeartbeatResponse)
 
 
 def test_a_join_answered_too_late_for_its_client_leaves_the_member_it_made(cluster):
@@ -90,3 +83,56 @@ def test_a_join_answered_too_late_for_its_client_leaves_the_member_it_made(clust
     # 45 s session ends.
     wait_for(lambda: (d := described()) is not None and d["group_epoch"] >= 2 and not d["members"],
              timeout_s=30, describe=described)
+
+
+def test_offset_fetch_answers_each_group_of_a_batch_and_checks_the_epoch_of_a_kip848_member_asking(cluster):
+    """OffsetFetch v8 asks for several groups at once and gets an answer (and error code) for each,
+    up to 1,000 groups (the rest are refused, not waited on); v9 names the member asking, which a
+    KIP-848 group checks as Kafka's does: a member at its current epoch reads, a stale or future
+    epoch or an unknown member is refused, and a request naming no member (an admin's) always
+    reads."""
+    from kio.schema.offset_fetch.v8 import request as v8, response as v8_answer
+    from kio.schema.offset_fetch.v9 import request as v9, response as v9_answer
+
+    topic = f"fetch-groups-{uuid.uuid4().hex[:6]}"
+    committed, empty, joined = (f"{kind}-{uuid.uuid4().hex[:6]}" for kind in ("committed", "empty", "joined"))
+    admin = cluster.admin()
+    admin.create_topic(topic, 2)
+    admin.alter_group_offsets(committed, {TopicPartition(topic, 0): 7, TopicPartition(topic, 1): 3})
+    host, port = cluster.bootstrap_servers.split(",")[0].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        unknown = [f"unknown-{n}-{empty}" for n in range(999)]
+        answer = call(sock, v8.OffsetFetchRequest(groups=(
+            v8.OffsetFetchRequestGroup(group_id=committed, topics=None),
+            v8.OffsetFetchRequestGroup(group_id=empty, topics=(
+                v8.OffsetFetchRequestTopics(name=topic, partition_indexes=(1,)),)),
+            *(v8.OffsetFetchRequestGroup(group_id=g, topics=None) for g in unknown),
+        )), v8_answer.OffsetFetchResponse)
+        assert [g.group_id for g in answer.groups] == [committed, empty, *unknown]
+        by_group = {g.group_id: g for g in answer.groups}
+        assert {g.error_code.value for g in answer.groups[:1000]} == {0}
+        assert [(g.error_code.value, g.topics) for g in answer.groups[1000:]] == [(INVALID_REQUEST, ())]
+        assert all(g.topics == () for g in answer.groups[2:1000])  # nothing committed, nothing named
+        assert {(t.name, p.partition_index, p.committed_offset) for t in by_group[committed].topics
+                for p in t.partitions} == {(topic, 0, 7), (topic, 1, 3)}
+        assert [(t.name, p.partition_index, p.committed_offset) for t in by_group[empty].topics
+                for p in t.partitions] == [(topic, 1, -1)]
+
+        member = wait_for(lambda: (a := join(sock, joined, topic)).error_code.value == 0 and a,
+                          timeout_s=120, interval_s=0.5)
+
+        def fetch(member_id: str | None, epoch: int):
+            answer = call(sock, v9.OffsetFetchRequest(groups=(v9.OffsetFetchRequestGroup(
+                group_id=joined, member_id=member_id, member_epoch=epoch, topics=(
+                    v9.OffsetFetchRequestTopics(name=topic, partition_indexes=(0, 1)),)),)),
+                v9_answer.OffsetFetchResponse)
+            (group,) = answer.groups
+            return group.error_code.value, [(p.partition_index, p.committed_offset, p.error_code.value)
+                                            for t in group.topics for p in t.partitions]
+
+        nothing_committed = [(0, -1, 0), (1, -1, 0)]
+        assert fetch(member.member_id, member.member_epoch) == (0, nothing_committed)
+        assert fetch(None, -1) == (0, nothing_committed)
+        assert fetch(member.member_id, member.member_epoch - 1) == (STALE_MEMBER_EPOCH, [])
+        assert fetch(member.member_id, member.member_epoch + 1) == (FENCED_MEMBER_EPOCH, [])
+        assert fetch("no-such-member", member.member_epoch) == (UNKNOWN_MEMBER_ID, [])

@@ -741,9 +741,9 @@ def test_confluent_kafka_admin_lists_and_describes_kip848_and_classic_groups(clu
     """confluent-kafka's AdminClient asks ConsumerGroupDescribe first and falls back to the classic
     DescribeGroups on GROUP_ID_NOT_FOUND, as against Kafka: a KIP-848 group (run by raylog's
     coordinator) and a classic group (run by the listener) are both listed and described, each
-    with its type, state and its members' partitions."""
+    with its type, state and its members' partitions, and each group's committed offsets read."""
     confluent_kafka = pytest.importorskip("confluent_kafka")
-    from confluent_kafka import ConsumerGroupState, ConsumerGroupType
+    from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, ConsumerGroupType
     from confluent_kafka.admin import AdminClient
 
     topic, partitions = new_topic(cluster, 2), 2
@@ -769,6 +769,19 @@ def test_confluent_kafka_admin_lists_and_describes_kip848_and_classic_groups(clu
                           if tp.topic == topic) == list(range(partitions)), (kind, d.members[0].assignment)
         listed = {g.group_id: g.state for g in admin.list_consumer_groups().result(60).valid}
         assert {listed.get(g) for g in groups.values()} == {ConsumerGroupState.STABLE}, listed
+        for kind in ConsumerGroupType.CONSUMER, ConsumerGroupType.CLASSIC:  # ListGroups v5's type filter
+            of_kind = {g.group_id: g.type for g in admin.list_consumer_groups(types={kind}).result(60).valid}
+            assert set(of_kind.values()) == {kind} and set(of_kind) & set(groups.values()) == \
+                {groups["consumer" if kind == ConsumerGroupType.CONSUMER else "classic"]}, (kind, of_kind)
+        # Each member commits, and the admin reads each group's offsets (OffsetFetch v9 naming
+        # no member).
+        for n, member in enumerate(members.values()):
+            member.commit(offsets=[confluent_kafka.TopicPartition(topic, p, 10 * n + p + 1) for p in range(partitions)],
+                          asynchronous=False)
+        for n, group in enumerate(groups.values()):
+            (found,) = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)]).values()
+            assert sorted((tp.partition, tp.offset) for tp in found.result(60).topic_partitions
+                          if tp.topic == topic) == [(p, 10 * n + p + 1) for p in range(partitions)], group
     finally:
         for member in members.values():
             member.close()

@@ -57,6 +57,8 @@ def followers(sim, topic: str) -> list[dict]:
 
 def test_replicas_live_on_distinct_worker_nodes_and_leaders_spread(sim):
     topic = new_topic(sim, partitions=6, rf=3)
+    # A follower starved past the lag time on a loaded machine is out of the ISR until it catches up.
+    wait_for(lambda: all(len(p["isr"]) == 3 for p in sim.cluster.admin().describe_partitions(topic)), timeout_s=120)
     desc = sim.cluster.admin().describe_topics([topic])[0]
     head = sim.raylog_node(sim.head_id())
     leaders = [p.leader.node_id for p in desc.partitions]
@@ -83,8 +85,11 @@ def test_every_in_sync_replica_has_an_acks_all_record_before_it_is_acknowledged(
     producer = sim.cluster.producer(acks="all")
     offsets = producer.send_batch(topic, [b"%d" % i for i in range(500)]).offsets(timeout=60)
     assert offsets.tolist() == list(range(500))
+    # Every replica in the ISR the ack was given under (a follower starved past the lag time on a
+    # loaded machine leaves it, and is then rightly not waited for; min_insync_replicas still holds).
+    in_sync = isr(sim, topic)
     ends = {rid: r["log_end_offset"] for rid, r in replicas(sim, topic).items()}
-    assert ends == {0: 500, 1: 500, 2: 500}
+    assert len(in_sync) >= 2 and {rid: ends[rid] for rid in in_sync} == {rid: 500 for rid in in_sync}, (in_sync, ends)
     producer.close()
 
 

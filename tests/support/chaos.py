@@ -178,6 +178,9 @@ class ChaosMember:
         ray.get(self.ledger.add.remote(rows))
 
     def _loop(self) -> None:
+        # Whether records read may be uncommitted: a commit that raised is tried again after the
+        # next poll even if it reads nothing (the producers may have stopped; nothing else would).
+        uncommitted = False
         while not self._stop.is_set():
             # (step, started ns, took s): what a stall of this member's polls was spent on. In
             # monotonic ns, the driver's clock too: members run on the driver's host (simulated nodes).
@@ -191,9 +194,12 @@ class ChaosMember:
                 if rows:
                     with self._step("report", steps):
                         self._report(rows)  # processed before committed: a kill after this re-reads, never skips
+                    uncommitted = True
+                if uncommitted:
                     positions = {tp: self.consumer.position(tp) for tp in self.consumer.assignment()}
                     with self._step("commit", steps):
                         self.consumer.commit(positions)
+                    uncommitted = False
                     self._report([("commit", GROUP, {tp.partition: o for tp, o in positions.items()})])
             except RaylogError as exc:
                 self.errors.append(f"{type(exc).__name__}: {exc}")
@@ -1128,9 +1134,6 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
 
 
 def main() -> None:
-    # Threads of the run must never attach to a Ray cluster by themselves (a whole-cluster restart
-    # leaves handles of the ended one behind): as tests/conftest.py sets it for the suite.
-    os.environ.setdefault("RAY_ENABLE_AUTO_CONNECT", "0")
     parser = argparse.ArgumentParser(description="A Jepsen-style chaos run against raylog on a simulated cluster.")
     parser.add_argument("--minutes", type=float, default=float(os.environ.get("CHAOS_MINUTES", 30)))
     parser.add_argument("--seed", type=int, default=int(os.environ.get("RAYLOG_TEST_SEED", random.randrange(2**31))))

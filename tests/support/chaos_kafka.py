@@ -6,8 +6,8 @@
   offset, or failed).
 - A classic Kafka consumer group (librdkafka's cooperative-sticky assignor, client-side
   assignment) of KAFKA_MEMBERS members polls, records what it got, then commits synchronously (the
-  next offset of each partition it read). Now and then a new member joins and the oldest leaves,
-  so the group rebalances under the faults too.
+  next offset of each partition it read; a refused commit is tried again after the next poll). Now
+  and then a new member joins and the oldest leaves, so the group rebalances under the faults too.
 
 Both run in the driver, on the head's host, and reach the cluster only through its listeners: the
 head's holds the group, and each partition's leader is reached through the listener of its node.
@@ -132,6 +132,11 @@ class KafkaClients:
             history.revoked(session, sorted(tp.partition for tp in partitions))
 
         consumer.subscribe([self.topic], on_assign=assigned, on_revoke=revoked, on_lost=revoked)
+        uncommitted: dict[int, int] = {}
+        """Partition -> the offset after the last record read there and not yet committed. A commit
+        refused (REBALANCE_IN_PROGRESS while the next generation's assignment is on its way, as
+        Kafka's coordinator answers) is tried again after the next poll: the consumer's position
+        is already past those records, so nothing else would commit them once the producers stop."""
         try:
             while not stop.is_set():
                 read: dict[int, list] = defaultdict(list)
@@ -140,16 +145,20 @@ class KafkaClients:
                         self._error(f"{session} poll: {message.error()}")
                         continue
                     read[message.partition()].append((message.offset(), message.value()))
-                if not read:
-                    continue
                 now = time.monotonic_ns()
                 for partition, rows in sorted(read.items()):
                     history.poll(session, partition, [o for o, _ in rows], [v for _, v in rows])
                     self.progress.note("polls", partition, now)
-                positions = [TopicPartition(self.topic, p, rows[-1][0] + 1) for p, rows in read.items()]
+                    uncommitted[partition] = rows[-1][0] + 1
+                # A partition handed to another member since is read again by it, from the committed offset.
+                owned = {tp.partition for tp in consumer.assignment()}
+                uncommitted = {p: o for p, o in uncommitted.items() if p in owned}
+                if not uncommitted:
+                    continue
                 try:
-                    done = consumer.commit(offsets=positions, asynchronous=False)
-                except KafkaException as exc:  # a rebalance under way, the coordinator away: read again
+                    done = consumer.commit(offsets=[TopicPartition(self.topic, p, o) for p, o in uncommitted.items()],
+                                           asynchronous=False)
+                except KafkaException as exc:  # a rebalance under way, the coordinator away: tried again
                     self._error(f"{session} commit: {exc}")
                     continue
                 with self._lock:
@@ -157,6 +166,8 @@ class KafkaClients:
                     for tp in done:
                         if tp.error is None:
                             self.acknowledged[tp.partition] = max(tp.offset, self.acknowledged.get(tp.partition, 0))
+                            if uncommitted.get(tp.partition) == tp.offset:
+                                del uncommitted[tp.partition]
         except Exception as exc:  # noqa: BLE001 - reported: the member's thread ends, the checker sees the rest
             self._error(f"{session} ended: {type(exc).__name__}: {exc}")
         finally:

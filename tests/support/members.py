@@ -13,6 +13,8 @@ import time
 
 import ray
 
+import raylog
+
 
 @ray.remote(num_cpus=0)
 class Ledger:
@@ -29,6 +31,22 @@ class Ledger:
         return list(self.rows)
 
 
+class Recorder(raylog.ConsumerRebalanceListener):
+    """The rebalance listener's calls, in order: ("assigned" | "revoked" | "lost", partitions)."""
+
+    def __init__(self):
+        self.events: list[tuple[str, list[int]]] = []
+
+    def on_partitions_assigned(self, assigned):
+        self.events.append(("assigned", sorted(tp.partition for tp in assigned)))
+
+    def on_partitions_revoked(self, revoked):
+        self.events.append(("revoked", sorted(tp.partition for tp in revoked)))
+
+    def on_partitions_lost(self, lost):
+        self.events.append(("lost", sorted(tp.partition for tp in lost)))
+
+
 @ray.remote(num_cpus=0, max_restarts=0)
 class MemberActor:
     def __init__(self, topic: str, group_id: str, configs: dict, commit_every_poll: bool = True, ledger=None):
@@ -37,7 +55,8 @@ class MemberActor:
         self.cluster = raylog.connect(address="auto", namespace="raylog")
         self.consumer = self.cluster.consumer(group_id=group_id, auto_offset_reset="earliest",
                                               enable_auto_commit=False, **configs)
-        self.consumer.subscribe([topic])
+        self.rebalances = Recorder()
+        self.consumer.subscribe([topic], listener=self.rebalances)
         self.commit_every_poll = commit_every_poll
         self.ledger = ledger
         self.name = f"{os.getpid()}"
@@ -76,6 +95,9 @@ class MemberActor:
     def records(self, since: int = 0) -> list:
         with self._lock:
             return self.processed[since:]
+
+    def rebalance_events(self) -> list[tuple[str, list[int]]]:
+        return list(self.rebalances.events)
 
     def count(self) -> int:
         return len(self.processed)

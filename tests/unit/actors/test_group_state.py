@@ -477,6 +477,26 @@ def test_commit_with_an_older_epoch_is_stale_and_with_a_newer_one_is_fenced():
     assert shell.state.fetch_offsets("g", None) == {}
 
 
+def test_a_member_fetching_offsets_is_checked_at_its_epoch_and_an_unnamed_fetch_always_reads():
+    shell = Shell()
+    m1 = two_epoch_member(shell)
+    shell.commit("m1", m1.epoch, {("orders", 0): (5, "")})
+    assert shell.state.fetch_offsets("g", None, "m1", 2) == {("orders", 0): (5, "")}
+    assert shell.state.fetch_offsets("g", None) == {("orders", 0): (5, "")}
+    with pytest.raises(StaleMemberEpochError):
+        shell.state.fetch_offsets("g", None, "m1", 1)
+    with pytest.raises(FencedMemberEpochError):
+        shell.state.fetch_offsets("g", None, "m1", 3)
+    with pytest.raises(UnknownMemberIdError):
+        shell.state.fetch_offsets("g", None, "gone", 2)
+    with pytest.raises(UnknownMemberIdError):  # an epoch names a member, even with no id
+        shell.state.fetch_offsets("g", None, None, 2)
+    # A group without members checks no one: a classic group's member (the Kafka listener runs
+    # classic groups; here they are offsets only) reads as Kafka lets it.
+    shell.commit(None, -1, {("orders", 0): (3, "")}, group_id="offsets-only")
+    assert shell.state.fetch_offsets("offsets-only", None, "classic-member", 4) == {("orders", 0): (3, "")}
+
+
 def test_commit_for_a_partition_the_member_no_longer_owns_is_refused():
     shell = Shell()
     m1, m2 = Client(shell, "m1"), Client(shell, "m2")
