@@ -28,7 +28,7 @@ def pytest_runtest_makereport(item, call):
 
 LONG = ("tests/faults/", "tests/spark/test_connector_failover.py", "tests/integration/test_many_partitions.py",
         "tests/spark/test_connector.py::test_a_cancelled_read_stops_its_tasks_at_once_and_frees_their_memory",
-        "tests/spark/test_spark_bridge.py::test_stop_returns_within_its_bound_by_force_and_a_new_session_starts",
+        "tests/spark/test_spark_bridge.py::test_stop_returns_by_force_when_raydp_hangs_and_a_new_session_starts",
         "tests/integration/test_replication.py::test_with_no_in_sync_replica_alive_the_partition_stays_offline",
         "tests/integration/test_replication.py::test_a_topic_deleted_while_a_replica_was_stopped_is_not_reopened")
 """The longest scenarios (simulated clusters killed, paused, restarted; 64 partitions; a Spark

@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 import uuid
 
 import pytest
@@ -92,7 +91,7 @@ def restart_coordinator(group: str) -> None:
     actor = coordinator(group)
     pid = ray.get(actor.ping.remote())
     os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: ray.get(actor.ping.remote(), timeout=5) != pid, timeout_s=60)
+    wait_for(lambda: ray.get(actor.ping.remote(), timeout=5) != pid, timeout_s=120)
 
 
 def test_a_commit_acknowledged_after_a_timed_out_write_is_the_one_a_restarted_coordinator_reads(sim):
@@ -146,7 +145,7 @@ def test_a_commit_after_the_offsets_partition_leader_moved_succeeds_on_a_retry_n
     leader = next(r for r in offsets_replicas(sim, group) if r.get("replica_id") == before.leader.replica_id)
     os.kill(leader["pid"], signal.SIGKILL)
     wait_for(lambda: state().leader is not None and state().leader_epoch > before.leader_epoch,
-             timeout_s=60, describe=lambda: (before, state(), offsets_replicas(sim, group)))
+             timeout_s=120, describe=lambda: (before, state(), offsets_replicas(sim, group)))
     # Before the fix every attempt was fenced until request_timeout_ms and the commit failed (the
     # client does not retry a commit): succeeding at all is the evidence, however slow the machine.
     commit(consumer, sim, 2)
@@ -162,7 +161,9 @@ def test_a_commit_while_the_offsets_leader_is_paused_is_written_to_the_next_lead
     waits and resends the write, same sequence, to the leader elected. The leader stays paused
     until the commit returns (or the member's request timeout passes)."""
     group = f"g5-{uuid.uuid4().hex[:6]}"
-    consumer = sim.cluster.consumer(group_id=group, enable_auto_commit=False, request_timeout_ms=60_000)
+    # A request timeout far above what fencing and an election take on a loaded machine: a commit
+    # answered while the leader still sleeps can only have gone to the next leader.
+    consumer = sim.cluster.consumer(group_id=group, enable_auto_commit=False, request_timeout_ms=300_000)
     consumer.assign([TopicPartition(sim.topic, 0)])
     with_retries(lambda: commit(consumer, sim, 1), 60)
     admin = sim.cluster.admin()
@@ -184,7 +185,7 @@ def test_a_commit_while_the_offsets_leader_is_paused_is_written_to_the_next_lead
     os.kill(leader["pid"], signal.SIGSTOP)
     try:
         threading.Thread(target=commit_in_thread, daemon=True).start()
-        done.wait(90)
+        done.wait(300)
         woke_before_answer = not done.is_set()
     finally:
         os.kill(leader["pid"], signal.SIGCONT)
@@ -226,11 +227,10 @@ def test_a_paused_coordinator_is_replaced_and_commits_work_again_while_it_sleeps
     with_retries(lambda: commit(consumer, sim, 7), 60)
     actor = coordinator(group)
     pid = ray.get(actor.ping.remote())
-    paused_at = time.monotonic()
     os.kill(pid, signal.SIGSTOP)
     try:
-        with_retries(lambda: commit(consumer, sim, 8), timeout_s=SESSION_MS / 1000 + 30)
-        replaced_after = time.monotonic() - paused_at
+        # The bound only catches a hang: the commit is answered while the old coordinator sleeps.
+        with_retries(lambda: commit(consumer, sim, 8), timeout_s=120)
     finally:
         try:
             os.kill(pid, signal.SIGCONT)
@@ -238,7 +238,6 @@ def test_a_paused_coordinator_is_replaced_and_commits_work_again_while_it_sleeps
             pass
     assert committed(sim, group) == 8
     assert ray.get(actor.ping.remote()) != pid
-    assert replaced_after < SESSION_MS / 1000 + 25
     consumer.close()
 
 
@@ -279,7 +278,7 @@ def test_a_creation_waits_out_nodes_that_cannot_start_its_replicas_yet_and_watch
     before = admin.describe_partitions(topic)[0]
     os.kill(before["pid"], signal.SIGKILL)
     wait_for(lambda: admin.describe_partitions(topic)[0].get("leader_epoch", -1) > before["leader_epoch"],
-             timeout_s=60, describe=lambda: admin.describe_replicas(topic, 0))
+             timeout_s=120, describe=lambda: admin.describe_replicas(topic, 0))
     producer.send_batch(topic, [b"after"], partition=0).wait(timeout=60)
     consumer = sim.cluster.consumer(topic, auto_offset_reset="earliest")
     assert [r.value for r in consume_all(consumer, 11)] == [b"%d" % i for i in range(10)] + [b"after"]

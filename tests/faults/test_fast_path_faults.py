@@ -36,8 +36,10 @@ from tests.support.workload import read_everything
 pytestmark = [pytest.mark.ray, pytest.mark.cluster, pytest.mark.slow]
 
 SESSION_MS = 4000
-REQUEST_MS = 60_000
-"""Far above the session timeout: what these tests show is failover that does not wait for it."""
+REQUEST_MS = 600_000
+"""Far above the session timeout, and above any wait here: what these tests show is failover that
+does not wait for it, so anything that resumes while the old leader sleeps came from fencing, however
+long a loaded machine takes to fence and elect."""
 CONFIG = {"replica_session_timeout_ms": SESSION_MS, "replica_heartbeat_interval_ms": 500,
           "replica_lag_time_max_ms": 4000, "offsets_topic_num_partitions": 1}
 
@@ -137,7 +139,8 @@ class NodeClient:
     def __init__(self, topic: str, partition: int, name: str):
         self.cluster = raylog.connect(address="auto", namespace="raylog")
         self.topic, self.partition, self.name = topic, partition, name
-        self.producer = self.cluster.producer(request_timeout_ms=REQUEST_MS, linger_ms=1)
+        self.producer = self.cluster.producer(request_timeout_ms=REQUEST_MS, delivery_timeout_ms=REQUEST_MS + 60_000,
+                                              linger_ms=1)
         self.consumer = self.cluster.consumer(auto_offset_reset="latest", request_timeout_ms=REQUEST_MS)
         self.consumer.assign([TopicPartition(topic, partition)])
         self.acks: list[tuple[bytes, int, int, float]] = []
@@ -203,7 +206,7 @@ def value_in(event: tuple, kind: str) -> bytes:
 def test_a_paused_leaders_partition_acknowledges_and_delivers_again_once_it_is_fenced(tmp_path):
     """The failover issue 31 asks for: producers and consumers on the paused leader's node (the
     channel, local reads) and on another node (Ray calls) go on at the new leader once the
-    controller fenced the old one, not after request_timeout_ms (60 s here, Kafka's clients' wait)."""
+    controller fenced the old one, not after request_timeout_ms (10 minutes here)."""
     with simulated_cluster(str(tmp_path), workers=3, cluster_config=CONFIG) as sim:
         admin = sim.cluster.admin()
         admin.create_topic("failover", 1, replication_factor=3)
@@ -220,10 +223,10 @@ def test_a_paused_leaders_partition_acknowledges_and_delivers_again_once_it_is_f
         paused_at = time.monotonic()
         os.kill(leader["pid"], signal.SIGSTOP)
         try:
-            wait_for(lambda: admin.describe_partitions("failover")[0]["leader"] != leader["leader"], timeout_s=60)
+            wait_for(lambda: admin.describe_partitions("failover")[0]["leader"] != leader["leader"], timeout_s=120)
             wait_for(lambda: all(resumed_after(report, kind, paused_at) is not None
                                  for report in ray.get([c.report.remote() for c in clients.values()])
-                                 for kind in ("acks", "reads")), timeout_s=REQUEST_MS / 1000 - 10)
+                                 for kind in ("acks", "reads")), timeout_s=300)
         finally:
             os.kill(leader["pid"], signal.SIGCONT)
         reports = {w: ray.get(c.report.remote()) for w, c in clients.items()}
@@ -268,7 +271,7 @@ def rotted_leader(cluster, records: int, rotted: int) -> tuple[list[bytes], dict
     order = [victim["node_id"]] + [r["node_id"] for r in state["replicas"] if r["replica_id"] != victim["replica_id"]]
     admin.alter_partition_reassignments({TopicPartition("rot", 0): order})  # the rotted replica first
     wait_for(lambda: admin.elect_leaders([TopicPartition("rot", 0)]) or
-             admin.describe_partitions("rot")[0]["leader"] == victim["replica_id"], timeout_s=60)
+             admin.describe_partitions("rot")[0]["leader"] == victim["replica_id"], timeout_s=120)
     return values, victim, path
 
 

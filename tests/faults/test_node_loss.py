@@ -55,13 +55,13 @@ def test_acks_all_records_survive_the_leaders_node_being_lost_five_times(sim):
     cluster.admin().create_topic(topic, 3, replication_factor=3, min_insync_replicas=2)
     workload = Workload(cluster, topic, request_timeout_ms=10_000)
     try:
-        wait_for(lambda: workload.acked() > 300, timeout_s=60)
+        wait_for(lambda: workload.acked() > 300, timeout_s=120)
         for _ in range(5):
             node = leader_node(cluster, topic)
             sim.remove(node)
             before = workload.acked()
-            wait_for(lambda: workload.acked() > before + 300, timeout_s=90, interval_s=0.5)
-            wait_for(lambda: leader_node(cluster, topic) != node, timeout_s=60, interval_s=0.5)
+            wait_for(lambda: workload.acked() > before + 300, timeout_s=120, interval_s=0.5)
+            wait_for(lambda: leader_node(cluster, topic) != node, timeout_s=120, interval_s=0.5)
             sim.add()
             wait_for(lambda: fully_replicated(cluster, topic), timeout_s=120, interval_s=1)
     finally:
@@ -102,4 +102,4 @@ def test_a_node_stalled_for_seconds_stays_in_the_cluster_and_a_killed_one_is_dec
         assert ray.get(on_worker.remote(), timeout=120) == worker.node_id
         assert raylet.poll() is None and node_alive(worker.node_id)
         sim.remove(worker.node_id)
-        wait_for(lambda: not node_alive(worker.node_id), timeout_s=60)
+        wait_for(lambda: not node_alive(worker.node_id), timeout_s=120)

@@ -67,7 +67,7 @@ def test_a_read_while_the_leader_changes_returns_every_record(sim, spark):
     partitions, per_partition = 2, 1500
     topic = fresh_topic(cluster, partitions, replication_factor=2)
     tps = [TopicPartition(topic, p) for p in range(partitions)]
-    wait_for(lambda: all(len(info["isr"]) == 2 for info in admin.describe_partitions(topic)), timeout_s=60)
+    wait_for(lambda: all(len(info["isr"]) == 2 for info in admin.describe_partitions(topic)), timeout_s=120)
     producer = cluster.producer(acks="all")
     try:
         for p in range(partitions):
@@ -76,8 +76,13 @@ def test_a_read_while_the_leader_changes_returns_every_record(sim, spark):
     finally:
         producer.close()
     expected = sorted((p, i, b"v:%d:%d" % (p, i)) for p in range(partitions) for i in range(per_partition))
-    before = admin.describe_partitions(topic)
-    assert all(len(info["isr"]) == 2 and info["high_watermark"] == per_partition for info in before), before
+
+    def settled() -> list | None:
+        # Waited for: a follower starved out of the ISR for a moment is back once it catches up.
+        states = admin.describe_partitions(topic)
+        return states if all(len(info["isr"]) == 2 and info["high_watermark"] == per_partition
+                              for info in states) else None
+    before = wait_for(settled, timeout_s=120, describe=lambda: admin.describe_partitions(topic))
 
     reads: list[tuple[float, float, object]] = []  # (began, ended, rows or the exception)
     stop = threading.Event()
@@ -100,15 +105,19 @@ def test_a_read_while_the_leader_changes_returns_every_record(sim, spark):
             os.kill(info["pid"], signal.SIGKILL)
         wait_for(lambda: all(info["leader"] not in (-1, old["leader"])
                              for info, old in zip(admin.describe_partitions(topic), before)),
-                 timeout_s=60, describe=lambda: admin.describe_partitions(topic))
+                 timeout_s=120, describe=lambda: admin.describe_partitions(topic))
         failed_over_at = time.monotonic()
-        wait_for(lambda: all(len(info["isr"]) == 2 for info in admin.describe_partitions(topic)), timeout_s=90,
+        wait_for(lambda: all(len(info["isr"]) == 2 for info in admin.describe_partitions(topic)), timeout_s=120,
                  describe=lambda: admin.describe_partitions(topic))
         electing_at = time.monotonic()
-        assert sorted(admin.elect_leaders(tps)) == tps
+
+        def preferred_lead() -> bool:
+            # Asked again while a preferred replica is (for a starved moment) out of the ISR.
+            admin.elect_leaders(tps)
+            return [info["leader"] for info in admin.describe_partitions(topic)] == [info["leader"] for info in before]
+        wait_for(preferred_lead, timeout_s=120, describe=lambda: admin.describe_partitions(topic))
         elected_at = time.monotonic()
         after = admin.describe_partitions(topic)
-        assert [info["leader"] for info in after] == [info["leader"] for info in before]
         assert all(a["leader_epoch"] >= b["leader_epoch"] + 2 for a, b in zip(after, before)), (before, after)
         wait_for(lambda: sum(1 for began, _, _ in reads if began > elected_at) >= 2, timeout_s=180)
     finally:
@@ -135,7 +144,7 @@ def test_a_write_while_the_leaders_are_killed_loses_no_row(sim, spark):
     cluster, admin = sim.cluster, sim.cluster.admin()
     rows = 600_000
     topic = fresh_topic(cluster, 2, replication_factor=2)
-    wait_for(lambda: all(len(info["isr"]) == 2 for info in admin.describe_partitions(topic)), timeout_s=60)
+    wait_for(lambda: all(len(info["isr"]) == 2 for info in admin.describe_partitions(topic)), timeout_s=120)
     before = admin.describe_partitions(topic)
     df = spark.range(0, rows, numPartitions=4).selectExpr("cast(id as string) AS value")
     done: list[object] = []
@@ -162,7 +171,7 @@ def test_a_write_while_the_leaders_are_killed_loses_no_row(sim, spark):
     began, ended = done[0]
     assert began < killed_at < ended, "the leaders were killed while the write ran"
     wait_for(lambda: all(info["leader"] not in (-1, old["leader"])
-                         for info, old in zip(admin.describe_partitions(topic), before)), timeout_s=60)
+                         for info, old in zip(admin.describe_partitions(topic), before)), timeout_s=120)
     got = spark.read.format("raylog").option("subscribe", topic).load().selectExpr("CAST(value AS STRING) AS v")
     values = Counter(r["v"] for r in got.collect())
     assert set(values) == {str(i) for i in range(rows)}, "every acknowledged row is in the topic"
@@ -181,11 +190,11 @@ def test_a_stream_across_an_unclean_election_reports_exactly_what_was_lost_and_r
     records from 20, once; a strict one fails naming the divergence."""
     cluster, admin = sim.cluster, sim.cluster.admin()
     topic = fresh_topic(cluster, 1, replication_factor=2, unclean_leader_election_enable=True)
-    wait_for(lambda: len(admin.describe_partitions(topic)[0]["isr"]) == 2, timeout_s=60)
+    wait_for(lambda: len(admin.describe_partitions(topic)[0]["isr"]) == 2, timeout_s=120)
     producer = cluster.producer(acks=1)
     try:
         producer.send_batch(topic, [b"old:%d" % i for i in range(20)], partition=0).wait(timeout=60)
-        wait_for(lambda: admin.describe_partitions(topic)[0]["high_watermark"] == 20, timeout_s=60)
+        wait_for(lambda: admin.describe_partitions(topic)[0]["high_watermark"] == 20, timeout_s=120)
         before = admin.describe_partitions(topic)[0]
         follower = next(r for r in admin.describe_replicas(topic, 0) if r.get("role") == "follower")
         os.kill(follower["pid"], signal.SIGSTOP)
@@ -193,7 +202,7 @@ def test_a_stream_across_an_unclean_election_reports_exactly_what_was_lost_and_r
             wait_for(lambda: admin.describe_partitions(topic)[0]["isr"] == [before["leader"]],
                      timeout_s=LAG_MS / 1000 + 60, describe=lambda: admin.describe_partitions(topic))
             producer.send_batch(topic, [b"old:%d" % i for i in range(20, 30)], partition=0).wait(timeout=60)
-            wait_for(lambda: admin.describe_partitions(topic)[0]["high_watermark"] == 30, timeout_s=60)
+            wait_for(lambda: admin.describe_partitions(topic)[0]["high_watermark"] == 30, timeout_s=120)
             lenient, strict = tmp_path / "lenient", tmp_path / "strict"
             for where, fail in ((lenient, "false"), (strict, "true")):
                 run_once(stream(spark, topic, where, failOnDataLoss=fail))
@@ -203,7 +212,7 @@ def test_a_stream_across_an_unclean_election_reports_exactly_what_was_lost_and_r
             sim.remove(sim.ray_node(admin.describe_topics([topic])[0].partitions[0].leader.node_id))
             # Resumed only once the leader's process is gone: sooner, the follower could still fetch
             # the records it missed from it, and no record would be lost.
-            wait_for(lambda: not process_alive(before["pid"]), timeout_s=60)
+            wait_for(lambda: not process_alive(before["pid"]), timeout_s=120)
         finally:
             os.kill(follower["pid"], signal.SIGCONT)
         wait_for(lambda: admin.describe_partitions(topic)[0]["leader"] == follower["replica_id"], timeout_s=120,
@@ -215,7 +224,7 @@ def test_a_stream_across_an_unclean_election_reports_exactly_what_was_lost_and_r
         producer.send_batch(topic, [b"new:%d" % i for i in range(20, 35)], partition=0).wait(timeout=60)
     finally:
         producer.close()
-    wait_for(lambda: admin.describe_partitions(topic)[0]["high_watermark"] == 35, timeout_s=60,
+    wait_for(lambda: admin.describe_partitions(topic)[0]["high_watermark"] == 35, timeout_s=120,
              describe=lambda: (admin.describe_partitions(topic), admin.describe_replicas(topic, 0)))
 
     run_once(stream(spark, topic, lenient, failOnDataLoss="false"))

@@ -538,10 +538,14 @@ class Group:
         ``since``: when the fault just healed began (monotonic seconds). A member found dead died
         with it (a node restarted or lost with the member on it is a member killed, for the group)
         and the group's change began then, not when it is found."""
+        # Only a dead actor is gone: one slow to answer (starved, or paused by a fault) is alive,
+        # and dropped unstopped it would go on producing or holding partitions unwatched.
         for node, producer in list(self.node_producers.items()):
             try:
                 ray.get(producer.pid.remote(), timeout=15)
-            except (ray.exceptions.RayError, TimeoutError):
+            except ray.exceptions.GetTimeoutError:
+                pass
+            except ray.exceptions.RayError:
                 del self.node_producers[node]  # gone with its node: what it had not had acknowledged is open
         self._start_node_producers()
         alive = []
@@ -550,7 +554,9 @@ class Group:
             try:
                 ray.get(member.pid.remote(), timeout=15)
                 alive.append(member)
-            except (ray.exceptions.RayError, TimeoutError):
+            except ray.exceptions.GetTimeoutError:
+                alive.append(member)
+            except ray.exceptions.RayError:
                 self.log("  a member is gone; a new one joins")
         with self._lock:
             replaced = len(self.members) - len(alive)
