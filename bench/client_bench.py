@@ -22,9 +22,11 @@ are random uppercase letters, as Kafka's ProducerPerformance fills them. Each ro
 prints the CPU the driver process spent per record (the producer and consumer live
 there; the rest of the machine's two cores go to replicas and Ray).
 
-    python -m bench.client_bench [--records 1000000] [--partitions 2] [--runs 3]
+    python -m bench.client_bench [--records 1000000] [--partitions 2] [--runs 3] [--random-only]
 
 The defaults are issue 22's rows: 500,000 records per partition, as its targets were set.
+``--random-only`` runs issue 33's three rows alone (no other row before them in a run, whose
+replicas and driver heap they would share; bench/results/client_random.json).
 """
 
 from __future__ import annotations
@@ -220,6 +222,9 @@ def ray_queue_baseline(values: list[bytes], chunk: int = 100_000) -> tuple[float
     return put_rate, get_rate
 
 
+RANDOM_ROWS = ("send_6p", "send_keyed_get_6p", "poll_records_6p")
+"""Issue 33's rows, the ones ``--random-only`` runs."""
+
 ROWS = [
     ("send_batch", "producer send_batch"),
     ("send_batch_call", "  the same through Ray calls"),
@@ -240,13 +245,16 @@ Producers send over the same-node channel (local_produce, the default); the 'thr
 rows are the same producers with local_produce=False."""
 
 
-def run(records: int, runs: int, partitions: int, latency_samples: int, baseline: bool = True) -> dict:
+def run(records: int, runs: int, partitions: int, latency_samples: int, baseline: bool = True,
+        random_only: bool = False) -> dict:
     import ray
 
     import raylog
 
     data_root = tempfile.mkdtemp(prefix="raylog-bench-")
     cluster = raylog.connect(data_root=data_root, num_cpus=2)
+    if random_only:
+        records, latency_samples, baseline = 0, 0, False
     values = make_values(records)
     keys = make_keys(records)
     random_values, random_keys = make_random_values(SIX_RECORDS), make_keys(SIX_RECORDS, seed=3)
@@ -259,7 +267,22 @@ def run(records: int, runs: int, partitions: int, latency_samples: int, baseline
             rates[name].append(count / t.wall)
             cpu[name].append(t.cpu / count * 1e6)
 
+        def random_rows() -> None:
+            """Issue 33's rows, on two 6-partition topics made for them and deleted after."""
+            six_send, six_keyed = f"bench6-{uuid.uuid4().hex[:6]}", f"bench6-{uuid.uuid4().hex[:6]}"
+            for t in (six_send, six_keyed):
+                cluster.admin().create_topic(t, 6)
+            time.sleep(3)
+            record("send_6p", produce_per_record(cluster, six_send, random_values), SIX_RECORDS)
+            record("send_keyed_get_6p", produce_keyed_and_get(cluster, six_keyed, random_values, random_keys),
+                   SIX_RECORDS)
+            record("poll_records_6p", consume_records(cluster, six_keyed, SIX_RECORDS), SIX_RECORDS)
+            cluster.admin().delete_topics([six_send, six_keyed])
+
         for r in range(runs):
+            if random_only:
+                random_rows()
+                continue
             # Each run's topics are made just before it and deleted after: idle replica processes
             # cost CPU (issue 16), and the raylet keeps starting spare workers for a few seconds
             # after a burst of actors, so the run waits that out before timing anything.
@@ -272,15 +295,7 @@ def run(records: int, runs: int, partitions: int, latency_samples: int, baseline
             record("send", produce_per_record(cluster, send_topic, values))
             record("send_keyed_get", produce_keyed_and_get(cluster, keyed_topic, values, keys))
             record("send_keyed_get_call", produce_keyed_and_get(cluster, call_topic, values, keys, local=False))
-            six_send, six_keyed = f"bench6-{uuid.uuid4().hex[:6]}", f"bench6-{uuid.uuid4().hex[:6]}"
-            for t in (six_send, six_keyed):
-                cluster.admin().create_topic(t, 6)
-            time.sleep(3)
-            record("send_6p", produce_per_record(cluster, six_send, random_values), SIX_RECORDS)
-            record("send_keyed_get_6p", produce_keyed_and_get(cluster, six_keyed, random_values, random_keys),
-                   SIX_RECORDS)
-            record("poll_records_6p", consume_records(cluster, six_keyed, SIX_RECORDS), SIX_RECORDS)
-            cluster.admin().delete_topics([six_send, six_keyed])
+            random_rows()
             record("poll_batch", consume_columns(cluster, batch_topic, records))
             record("poll_batch_call", consume_columns(cluster, batch_topic, records, local=False))
             record("poll_records", consume_records(cluster, keyed_topic, records))
@@ -311,10 +326,11 @@ def run(records: int, runs: int, partitions: int, latency_samples: int, baseline
         ray.shutdown()
         shutil.rmtree(data_root, ignore_errors=True)
 
+    rates = {name: v for name, v in rates.items() if v}
     med = {name: statistics.median(v) for name, v in rates.items()}
-    print(f"client bench: {records:,} x {RECORD_BYTES}-byte records, {partitions} partitions, RF=1, "
-          f"median of {runs} runs (driver CPU per record in brackets)")
-    for name, label in ROWS:
+    shape = f"issue 33's rows alone: {SIX_RECORDS:,}" if random_only else f"{records:,} x {RECORD_BYTES}-byte records, {partitions}"
+    print(f"client bench: {shape} partitions, RF=1, median of {runs} runs (driver CPU per record in brackets)")
+    for name, label in [(name, label) for name, label in ROWS if name in rates]:
         print(f"  {label:34s} {med[name]:>12,.0f} records/s  [{statistics.median(cpu[name]):.2f} us]")
     if baseline:
         qput, qget = statistics.median(queue_rates["put"]), statistics.median(queue_rates["get"])
@@ -336,8 +352,9 @@ def run(records: int, runs: int, partitions: int, latency_samples: int, baseline
               f"(median of {len(cuts)} runs of {len(per_run[0])} samples; ranges {spread})")
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
-    (out / "client.json").write_text(json.dumps(
-        {"median": med, "runs": rates, "driver_cpu_us_per_record": cpu, "queue": queue_rates,
+    (out / ("client_random.json" if random_only else "client.json")).write_text(json.dumps(
+        {"median": med, "runs": rates, "driver_cpu_us_per_record": {n: c for n, c in cpu.items() if c},
+         "queue": queue_rates,
          "latency_runs_ms": latency_runs}, indent=2))
     return med
 
@@ -349,9 +366,11 @@ def main(argv=None) -> dict:
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--latency-samples", type=int, default=3000)
     parser.add_argument("--no-baseline", action="store_true")
+    parser.add_argument("--random-only", action="store_true", help="only issue 33's three random-key rows")
     args = parser.parse_args(argv)
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    return run(args.records, args.runs, args.partitions, args.latency_samples, not args.no_baseline)
+    return run(args.records, args.runs, args.partitions, args.latency_samples, not args.no_baseline,
+               args.random_only)
 
 
 if __name__ == "__main__":
