@@ -91,9 +91,12 @@ def measure_processes(start, count: int, idle_s: float) -> dict:
     t0 = time.perf_counter()
     pids = start()
     created_s = time.perf_counter() - t0
+    # The CPU each process had spent once all were up: its start (Ray's worker, imports, the
+    # actor's __init__ and, for a replica, its attach), plus its idling while the rest started.
+    start_cpu_ms = processes_cpu_s(pids) / count * 1000
     time.sleep(SETTLE_S)
     drop_mb = (available - psutil.virtual_memory().available) / count / 1e6
-    return {"create_s": created_s, "available_drop_mb": drop_mb, "uss_mb": mean_uss_mb(pids),
+    return {"create_s": created_s, "start_cpu_ms": start_cpu_ms, "available_drop_mb": drop_mb, "uss_mb": mean_uss_mb(pids),
             "idle_cpu_percent": idle_cpu_percent(pids, idle_s), "pids": pids}
 
 
@@ -166,7 +169,8 @@ def run(counts: list[int], records: int, runs: int, idle_s: float, traffic_up_to
 def print_row(row: dict, first: dict) -> None:
     b, r = row["bare"], row["replica"]
     print(f"{row['partitions']:>4} partitions ({row['records']:,} records/run)", flush=True)
-    print(f"    create: topic {r['create_s']:.1f} s, as many bare actors {b['create_s']:.1f} s", flush=True)
+    print(f"    create: topic {r['create_s']:.1f} s, as many bare actors {b['create_s']:.1f} s; CPU per process by "
+          f"then: replica {r['start_cpu_ms']:.0f} ms, bare actor {b['start_cpu_ms']:.0f} ms", flush=True)
     print(f"    memory per process: replica {r['available_drop_mb']:.0f} MB available drop / {r['uss_mb']:.0f} MB USS, "
           f"bare actor {b['available_drop_mb']:.0f} / {b['uss_mb']:.0f} MB "
           f"({r['uss_mb'] / max(b['uss_mb'], 1e-9):.2f}x USS)", flush=True)
