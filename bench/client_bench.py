@@ -222,9 +222,6 @@ def ray_queue_baseline(values: list[bytes], chunk: int = 100_000) -> tuple[float
     return put_rate, get_rate
 
 
-RANDOM_ROWS = ("send_6p", "send_keyed_get_6p", "poll_records_6p")
-"""Issue 33's rows, the ones ``--random-only`` runs."""
-
 ROWS = [
     ("send_batch", "producer send_batch"),
     ("send_batch_call", "  the same through Ray calls"),
@@ -328,7 +325,8 @@ def run(records: int, runs: int, partitions: int, latency_samples: int, baseline
 
     rates = {name: v for name, v in rates.items() if v}
     med = {name: statistics.median(v) for name, v in rates.items()}
-    shape = f"issue 33's rows alone: {SIX_RECORDS:,}" if random_only else f"{records:,} x {RECORD_BYTES}-byte records, {partitions}"
+    shape = (f"issue 33's rows alone: {SIX_RECORDS:,} x {RECORD_BYTES}-byte records, 6" if random_only
+             else f"{records:,} x {RECORD_BYTES}-byte records, {partitions}")
     print(f"client bench: {shape} partitions, RF=1, median of {runs} runs (driver CPU per record in brackets)")
     for name, label in [(name, label) for name, label in ROWS if name in rates]:
         print(f"  {label:34s} {med[name]:>12,.0f} records/s  [{statistics.median(cpu[name]):.2f} us]")
@@ -353,7 +351,7 @@ def run(records: int, runs: int, partitions: int, latency_samples: int, baseline
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
     (out / ("client_random.json" if random_only else "client.json")).write_text(json.dumps(
-        {"median": med, "runs": rates, "driver_cpu_us_per_record": {n: c for n, c in cpu.items() if c},
+        {"median": med, "runs": rates, "driver_cpu_us_per_record": {name: cpu[name] for name in rates},
          "queue": queue_rates,
          "latency_runs_ms": latency_runs}, indent=2))
     return med

@@ -96,8 +96,8 @@ def measure_processes(start, count: int, idle_s: float) -> dict:
     start_cpu_ms = processes_cpu_s(pids) / count * 1000
     time.sleep(SETTLE_S)
     drop_mb = (available - psutil.virtual_memory().available) / count / 1e6
-    return {"create_s": created_s, "start_cpu_ms": start_cpu_ms, "available_drop_mb": drop_mb, "uss_mb": mean_uss_mb(pids),
-            "idle_cpu_percent": idle_cpu_percent(pids, idle_s), "pids": pids}
+    return {"create_s": created_s, "start_cpu_ms": start_cpu_ms, "available_drop_mb": drop_mb,
+            "uss_mb": mean_uss_mb(pids), "idle_cpu_percent": idle_cpu_percent(pids, idle_s), "pids": pids}
 
 
 def run(counts: list[int], records: int, runs: int, idle_s: float, traffic_up_to: int = 1 << 30) -> dict:

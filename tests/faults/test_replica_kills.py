@@ -207,7 +207,8 @@ def test_an_in_sync_follower_on_the_readers_node_serves_committed_records_from_i
             wait_for_reader(p, ROLE_FOLLOWER)
             _, metrics = read(True, 500, [p])
             return metrics["bytes-read-locally-total"] > 0 and metrics["bytes-fetched-remotely-total"] == 0
-        wait_for(served_by_the_follower, timeout_s=180, describe=lambda: f"partition {p} read from its follower's files")
+        wait_for(served_by_the_follower, timeout_s=180,
+                 describe=lambda: f"partition {p} read from its follower's files")
 
     # SIGKILL the follower on this node: its page's writer is gone, so readers fetch from the
     # leader; Ray restarts it, it rejoins the ISR, and its files are read again.
