@@ -1087,6 +1087,24 @@ class PartitionReplica:
             return list(FetchBytesReply(b"", -1, -1, -1, _error_fields(exc)))
         return list(FetchBytesReply(data, hw, log_start, log_end, []))
 
+    async def log_bounds(self, offset: int, leader_epoch: int = -1) -> list:
+        """``fetch_bytes``' answer without records: [b"", high watermark, log start, log end, error],
+        OffsetOutOfRangeError when ``offset`` is no longer (or not yet) in the log. For a reader that
+        only counts (Spark's COUNT(*)): a fetch would ship the whole batch holding ``offset``."""
+        try:
+            offset = args.integer("offset", offset, 0)
+            leader_epoch = args.integer("leader_epoch", leader_epoch, -1, args.INT32_MAX)
+            self._ensure_started()
+            self._check_leader(leader_epoch)
+            log = self.log
+            if offset < log.log_start_offset or offset > log.log_end_offset:
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} is outside [{log.log_start_offset}, {log.log_end_offset}]",
+                    log.log_start_offset, log.log_end_offset)
+        except RaylogError as exc:
+            return list(FetchBytesReply(b"", -1, -1, -1, _error_fields(exc)))
+        return list(FetchBytesReply(b"", self.state.high_watermark, log.log_start_offset, log.log_end_offset, []))
+
     async def produce_bytes(self, records: bytes, acks: int = -1, timeout_ms: int = ACKS_ALL_TIMEOUT_MS) -> list:
         """``produce`` of one batch for a producer in another language: [base offset, error]."""
         try:

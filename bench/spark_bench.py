@@ -13,8 +13,10 @@ Rows (records/s, median of --runs runs, and raylog / parquet):
 
 Spark runs one executor with --cores cores; raylog's replicas run on the same two cores. A
 first round runs every query once unrecorded (the JVM's JIT, the page cache), then --runs
-recorded rounds. With --profile, each raylog read also prints where its tasks' time went (the
-connector's scan metrics, summed over tasks: fetch wait, decode; the rest is Spark's).
+recorded rounds; from one round to the next, who writes first and who is read first
+alternate (the one after writes behind the other's writeback and reads what the other left
+in the page cache). With --profile, each raylog read also prints where its tasks' time went
+(the connector's scan metrics, summed over tasks: fetch wait, decode; the rest is Spark's).
 
     python -m bench.spark_bench [--records 5000000] [--partitions 4] [--runs 3] [--json FILE]
 """
@@ -81,10 +83,11 @@ def main(argv=None) -> None:
                 topic = f"bench-{uuid.uuid4().hex[:6]}"
                 cluster.admin().create_topic(topic, args.partitions)
                 path = os.path.join(root, f"parquet-{run}")
-                seconds, _ = timed(lambda: events.write.format("raylog").option("topic", topic).save())
+                writes = [("raylog", lambda: events.write.format("raylog").option("topic", topic).save()),
+                          ("parquet", lambda: events.write.parquet(path))]
+                for side, write in writes[::-1] if run % 2 else writes:  # who goes first alternates
+                    record("write", side, timed(write)[0])
                 assert sum(end_offsets(cluster, topic).values()) == n
-                record("write", "raylog", seconds)
-                record("write", "parquet", timed(lambda: events.write.parquet(path))[0])
                 sides = [("raylog", lambda: spark.read.format("raylog").option("subscribe", topic).load()),
                          ("parquet", lambda: spark.read.parquet(path))]
                 for side, frame in sides[::-1] if run % 2 else sides:  # who goes first alternates

@@ -161,11 +161,15 @@ class SparkPlanner:
         return _answer(lambda: self._leader(topic, int(partition), refresh=True))
 
     def partition_count(self, topic: str) -> str:
-        """{"partitions": n, "max_message_bytes": m} of a topic a writer sends to."""
+        """{"partitions": n, "max_message_bytes": m, "leaders": each partition's leader actor name ("" for
+        none)} of a topic a writer sends to: one call per task and topic, where a leader per partition
+        was a call each (a burst at the controller per stage); ``leader`` after a send fails."""
         def count():
             md = self._cluster.metadata
             md.invalidate(topic)
-            return {"partitions": md.partition_count(topic), "max_message_bytes": md.topic(topic).max_message_bytes}
+            partitions = md.describe(topic).partitions
+            return {"partitions": len(partitions), "max_message_bytes": md.topic(topic).max_message_bytes,
+                    "leaders": [p.actor_name if p.leader is not None else "" for p in partitions]}
         return _answer(count)
 
     def read_options(self, options: str, planned: bool = False) -> str:

@@ -13,9 +13,6 @@ import net.jpountz.lz4.LZ4Factory;
 import net.jpountz.lz4.LZ4SafeDecompressor;
 import org.apache.arrow.memory.ArrowBuf;
 import org.apache.arrow.memory.BufferAllocator;
-import org.apache.arrow.vector.VarBinaryVector;
-import org.apache.arrow.vector.ipc.message.ArrowFieldNode;
-import org.apache.arrow.vector.util.TransferPair;
 import org.apache.spark.sql.execution.vectorized.ConstantColumnVector;
 import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector;
 import org.apache.spark.sql.execution.vectorized.WritableColumnVector;
@@ -23,7 +20,6 @@ import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
-import org.apache.spark.sql.vectorized.ArrowColumnVector;
 import org.apache.spark.sql.vectorized.ColumnVector;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 import org.apache.spark.unsafe.types.UTF8String;
@@ -36,8 +32,8 @@ import org.xerial.snappy.SnappyError;
 /**
  * raylog's record batches (raylog/storage/batch.py and payload.py) decoded into Spark
  * ColumnarBatches: the payload is inflated once into an off-heap Arrow buffer, and the key and
- * value columns are Arrow VarBinaryVectors over slices of it (the payload already is Arrow's
- * binary layout, so no record is touched); offset and timestamp are computed from the base
+ * value columns are read in place from slices of it (the payload already is Arrow's binary
+ * layout, so no record is touched before Spark reads it); offset and timestamp are computed from the base
  * values and the delta buffers on access; topic, partition and timestampType are constants.
  * Only the columns the query asks for are made. The batch CRC (CRC32C from attributes on) is
  * checked before anything is read. Codecs and their framing are payload.py's: lz4 (lz4-java),
@@ -160,7 +156,7 @@ final class BatchDecoder {
       boolean logAppend = (attributes & TIMESTAMP_TYPE_LOG_APPEND) != 0;
       ColumnVector[] vectors = new ColumnVector[columns.length];
       for (int i = 0; i < columns.length; i++) {
-        vectors[i] = column(columns[i], p, raw, h.baseOffset, first, n, baseTimestamp, maxTimestamp, logAppend, out);
+        vectors[i] = column(columns[i], p, h.baseOffset, first, n, baseTimestamp, maxTimestamp, logAppend, out);
       }
       out.batch = new ColumnarBatch(vectors, n);
       out.nextOffset = h.nextOffset;
@@ -171,13 +167,13 @@ final class BatchDecoder {
     }
   }
 
-  private ColumnVector column(String name, Payload p, ArrowBuf raw, long base, int first, int n, long baseTs,
+  private ColumnVector column(String name, Payload p, long base, int first, int n, long baseTs,
       long maxTs, boolean logAppend, Decoded out) {
     switch (name) {
       case "key":
-        return binary("key", p.keyNulls, p.keyBufs, raw, p.count, first, n, out);
+        return binary(p.keyNulls, p.keyBufs, p.count, first, n);
       case "value":
-        return binary("value", p.valueNulls, p.valueBufs, raw, p.count, first, n, out);
+        return binary(p.valueNulls, p.valueBufs, p.count, first, n);
       case "topic": {
         ConstantColumnVector c = new ConstantColumnVector(n, DataTypes.StringType);
         c.setUtf8String(topicUtf8);
@@ -209,25 +205,14 @@ final class BatchDecoder {
     }
   }
 
-  /** An ArrowColumnVector over the payload's Arrow binary buffers; a window copies (range edges only). */
-  private ColumnVector binary(String name, int nulls, ArrowBuf[] bufs, ArrowBuf raw, int count, int first, int n,
-      Decoded out) {
+  /** The payload's binary column, rows [first, first + n), read in place. */
+  private static ColumnVector binary(int nulls, ArrowBuf[] bufs, int count, int first, int n) {
     if (nulls == count) {
       ConstantColumnVector c = new ConstantColumnVector(n, DataTypes.BinaryType);
       c.setNull();
       return c;
     }
-    VarBinaryVector vector = new VarBinaryVector(name, allocator);
-    out.owned.add(vector::close);
-    vector.loadFieldBuffers(new ArrowFieldNode(count, nulls), java.util.Arrays.asList(bufs));
-    vector.setValueCount(count);
-    if (first != 0 || n != count) {
-      TransferPair pair = vector.getTransferPair(allocator);
-      out.owned.add(() -> pair.getTo().close());
-      pair.splitAndTransfer(first, n);
-      vector = (VarBinaryVector) pair.getTo();
-    }
-    return new ArrowColumnVector(vector);
+    return new ComputedColumns.Binary(nulls == 0 ? null : bufs[0], bufs[1], bufs[2], first, n);
   }
 
   private ColumnVector headers(List<List<Object[]>> headers, int first, int n, Decoded out) {

@@ -7,12 +7,14 @@ import org.apache.spark.sql.types.Decimal;
 import org.apache.spark.sql.vectorized.ColumnVector;
 import org.apache.spark.sql.vectorized.ColumnarArray;
 import org.apache.spark.sql.vectorized.ColumnarMap;
+import org.apache.spark.unsafe.Platform;
 import org.apache.spark.unsafe.types.UTF8String;
 
 /**
- * Long columns computed on access from a batch's base value and its delta buffer, so a query
- * that reads offsets or timestamps costs no per-record work before Spark asks for a value.
- * The delta buffers are slices of the batch's inflated payload, released with it.
+ * Columns read on access from a batch's inflated payload, so a query costs no per-record work
+ * before Spark asks for a value: offsets and timestamps from a base value and a delta buffer,
+ * keys and values from the payload's Arrow binary buffers. The buffers are slices of the
+ * payload, released with it.
  */
 final class ComputedColumns {
   private ComputedColumns() {}
@@ -56,14 +58,71 @@ final class ComputedColumns {
     }
   }
 
-  /** A non-null long column; everything but getLong is refused. */
-  abstract static class LongColumn extends ColumnVector {
-    LongColumn(DataType type) {
-      super(type);
+  /**
+   * Keys or values: rows [first, first + n) of the payload's Arrow binary column (validity
+   * bitmap, int32 offsets, data), read by address. BatchDecoder checked the offsets (from 0,
+   * never decreasing, ending at the data's size) and the bitmap against the null count before
+   * this is made, so no read leaves the buffers. Against Spark's ArrowColumnVector over the same
+   * buffers it skips Arrow's bounds checks per read and copies no window at a range's edges.
+   */
+  static final class Binary extends Column {
+    private final long validity;
+    private final long offsets;
+    private final long data;
+    private final int first;
+    private final int n;
+    private final boolean anyNull;
+
+    /** {@code validity} null when the column has no null. */
+    Binary(ArrowBuf validity, ArrowBuf offsets, ArrowBuf data, int first, int n) {
+      super(DataTypes.BinaryType);
+      this.validity = validity == null ? 0 : validity.memoryAddress();
+      this.offsets = offsets.memoryAddress() + 4L * first;
+      this.data = data.memoryAddress();
+      this.first = first;
+      this.n = n;
+      this.anyNull = validity != null;
     }
 
     @Override
-    public void close() {}
+    public boolean hasNull() {
+      return anyNull && numNulls() > 0;
+    }
+
+    @Override
+    public int numNulls() {
+      int nulls = 0;
+      for (int i = 0; anyNull && i < n; i++) {
+        nulls += isNullAt(i) ? 1 : 0;
+      }
+      return nulls;
+    }
+
+    @Override
+    public boolean isNullAt(int rowId) {
+      int i = first + rowId;
+      return anyNull && ((Platform.getByte(null, validity + (i >> 3)) >> (i & 7)) & 1) == 0;
+    }
+
+    @Override
+    public byte[] getBinary(int rowId) {
+      if (isNullAt(rowId)) {
+        return null;
+      }
+      long at = offsets + 4L * rowId;
+      int start = Platform.getInt(null, at);
+      int length = Platform.getInt(null, at + 4) - start;
+      byte[] bytes = new byte[length];
+      Platform.copyMemory(null, data + start, bytes, Platform.BYTE_ARRAY_OFFSET, length);
+      return bytes;
+    }
+  }
+
+  /** A non-null long column; everything but getLong is refused. */
+  abstract static class LongColumn extends Column {
+    LongColumn(DataType type) {
+      super(type);
+    }
 
     @Override
     public boolean hasNull() {
@@ -79,6 +138,16 @@ final class ComputedColumns {
     public boolean isNullAt(int rowId) {
       return false;
     }
+  }
+
+  /** A column that owns nothing (its buffers are the payload's) and refuses every read its type has not. */
+  abstract static class Column extends ColumnVector {
+    Column(DataType type) {
+      super(type);
+    }
+
+    @Override
+    public void close() {}
 
     @Override
     public boolean getBoolean(int rowId) {
@@ -122,6 +191,11 @@ final class ComputedColumns {
 
     @Override
     public Decimal getDecimal(int rowId, int precision, int scale) {
+      throw new UnsupportedOperationException();
+    }
+
+    @Override
+    public long getLong(int rowId) {
       throw new UnsupportedOperationException();
     }
 

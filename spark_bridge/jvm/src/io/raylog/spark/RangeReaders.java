@@ -484,8 +484,8 @@ final class RangeReaders implements PartitionReaderFactory {
             leader.failed("the partition has no leader", 0);
             continue;
           }
-          answer = new RayCalls.FetchReply(leader.await(actor.task(PyActorMethod.of("fetch_bytes", Object.class),
-              range.from, 1, 0, leader.epoch).remote(), 60_000L));
+          answer = new RayCalls.FetchReply(leader.await(actor.task(PyActorMethod.of("log_bounds", Object.class),
+              range.from, leader.epoch).remote(), 60_000L));
         } catch (RaylogSparkException e) {
           throw e;
         } catch (RuntimeException e) {

@@ -61,6 +61,8 @@ final class RecordSender implements DataWriter<InternalRow> {
     /** Per partition, the producer epoch its batches carry (bumped when its sequences start over). */
     final short[] epochs;
     final PyActorHandle[] leaders;
+    /** Leader names from the topic's lookup, each used once, before any failure asks the planner. */
+    final String[] leaderNames;
     /** The partition records with no key or partition go to now; -1: pick one. */
     int sticky = -1;
 
@@ -73,6 +75,7 @@ final class RecordSender implements DataWriter<InternalRow> {
       sequences = new int[count];
       epochs = new short[count];
       leaders = new PyActorHandle[count];
+      leaderNames = new String[count];
     }
 
     int stickyPartition() {
@@ -221,6 +224,10 @@ final class RecordSender implements DataWriter<InternalRow> {
       long max = about.get("max_message_bytes").asLong();
       long room = spec.lz4 ? max - BatchEncoder.lz4Growth(max) : max;
       t = new Target(topic, about.get("partitions").asInt(), max, Math.max(1, Math.min(spec.batchSize, room)));
+      com.fasterxml.jackson.databind.JsonNode leaders = about.path("leaders");
+      for (int p = 0; p < t.count && p < leaders.size(); p++) {
+        t.leaderNames[p] = leaders.get(p).asText("");
+      }
       targets.put(topic, t);
     }
     return t;
@@ -270,7 +277,12 @@ final class RecordSender implements DataWriter<InternalRow> {
     Target t = f.target;
     PyActorHandle leader = t.leaders[f.partition];
     if (leader == null) {
-      String name = RayCalls.planner(spec.namespace, "leader", t.topic, f.partition).get("name").asText();
+      // The leader the topic's lookup named first, the planner's current answer after a failure.
+      String name = t.leaderNames[f.partition];
+      t.leaderNames[f.partition] = null;
+      if (name == null || name.isEmpty()) {
+        name = RayCalls.planner(spec.namespace, "leader", t.topic, f.partition).get("name").asText();
+      }
       leader = name.isEmpty() ? null : RayCalls.actor(name, spec.namespace);
       t.leaders[f.partition] = leader;
     }
