@@ -12,7 +12,7 @@ export RAY_USAGE_STATS_ENABLED := 0
 CHAOS_MINUTES ?= 30
 SOAK_MINUTES ?= 60
 
-.PHONY: venv jar tools test test-long test-unit demo bench bench-quick peers chaos soak lock clean
+.PHONY: venv bytecode jar tools test test-long test-unit demo bench bench-quick peers chaos soak lock clean
 
 venv: $(STAMP)
 
@@ -38,31 +38,38 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,bench]'
 	touch $(STAMP)
 
+# Every replica, coordinator and listener is a process of its own that imports raylog at start.
+# Where PYTHONDONTWRITEBYTECODE is set (it is on these machines), Python writes no .pyc and each
+# of those processes compiled raylog's modules from source again: ~30 ms of CPU per process
+# start. It still reads a .pyc that exists, so they are written here, once per change.
+bytecode: $(STAMP)
+	$(PY) -m compileall -q raylog actors placement spark_bridge bench tests
+
 # make test: everything but the longest fault scenarios (marked long in tests/conftest.py), which
 # make test-long runs; CI (.ci/run) runs both.
 # A failed run ends with the lines of Ray's logs that say why a process died (tests/support/postmortem.py).
 pytest_explained = @start=$$(date +%s); set -x; $(PY) -m pytest $(1) --durations=15 $(PYTEST_ARGS) || \
 	{ $(PY) -m tests.support.postmortem --since $$start; exit 1; }
 
-test: $(STAMP) $(JAR) tools
+test: $(STAMP) bytecode $(JAR) tools
 	$(call pytest_explained,-m "not long")
 
-test-long: $(STAMP) $(JAR)
+test-long: $(STAMP) bytecode $(JAR)
 	$(call pytest_explained,-m long)
 
-test-unit: $(STAMP) $(JAR)
+test-unit: $(STAMP) bytecode $(JAR)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-demo: $(STAMP) $(JAR) tools
+demo: $(STAMP) bytecode $(JAR) tools
 	$(PY) -m bench.demo
 
 # The benchmark suite (bench/__main__.py): Kafka's table, the peers beside raylog in the same run,
 # throughput over stored data, each area's script, then the plots. Peers' servers come from Debian's
 # packages (root or sudo; without them those peers are skipped with a line saying so).
-bench: $(STAMP) $(JAR) peers
+bench: $(STAMP) bytecode $(JAR) peers
 	$(PY) -m bench
 
-bench-quick: $(STAMP) $(JAR) peers
+bench-quick: $(STAMP) bytecode $(JAR) peers
 	$(PY) -m bench --quick
 
 # kcat, a judge of the Kafka listener (tests/integration/test_kafka_protocol.py), from Debian's package
@@ -83,11 +90,11 @@ peers:
 
 # Jepsen-style: seeded faults on a simulated cluster under producers, a consumer group and a Spark
 # stream; every operation checked. Writes bench/results/chaos.json; fails on any anomaly.
-chaos: $(STAMP) $(JAR)
+chaos: $(STAMP) bytecode $(JAR)
 	$(PY) -m tests.support.chaos --minutes $(CHAOS_MINUTES) --spark --out bench/results/chaos.json
 
 # An hour of steady traffic with every raylog process's memory sampled; writes bench/results/soak.json.
-soak: $(STAMP) $(JAR)
+soak: $(STAMP) bytecode $(JAR)
 	$(PY) -m bench.soak --minutes $(SOAK_MINUTES)
 
 lock: $(STAMP)
