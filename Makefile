@@ -40,8 +40,9 @@ $(STAMP): pyproject.toml constraints.txt
 
 # Every replica, coordinator and listener is a process of its own that imports raylog at start.
 # Where PYTHONDONTWRITEBYTECODE is set (it is on these machines), Python writes no .pyc and each
-# of those processes compiled raylog's modules from source again: ~30 ms of CPU per process
-# start. It still reads a .pyc that exists, so they are written here, once per change.
+# of those processes compiled raylog's modules from source again: ~180 ms of CPU and 6 MB per
+# replica (bench.partitions_bench at 64, docs/performance.md). Python still reads a .pyc that
+# exists, so they are written here, once per change.
 bytecode: $(STAMP)
 	$(PY) -m compileall -q raylog actors placement spark_bridge bench tests
 

@@ -1089,8 +1089,8 @@ class PartitionReplica:
 
     async def log_bounds(self, offset: int, leader_epoch: int = -1) -> list:
         """``fetch_bytes``' answer without records: [b"", high watermark, log start, log end, error],
-        OffsetOutOfRangeError when ``offset`` is no longer (or not yet) in the log. For a reader that
-        only counts (Spark's COUNT(*)): a fetch would ship the whole batch holding ``offset``."""
+        the error OffsetOutOfRangeError when ``offset`` is no longer (or not yet) in the log. For a
+        reader that only counts (Spark's COUNT(*)): a fetch would ship the whole batch holding it."""
         try:
             offset = args.integer("offset", offset, 0)
             leader_epoch = args.integer("leader_epoch", leader_epoch, -1, args.INT32_MAX)
