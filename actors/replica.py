@@ -1096,14 +1096,11 @@ class PartitionReplica:
             leader_epoch = args.integer("leader_epoch", leader_epoch, -1, args.INT32_MAX)
             self._ensure_started()
             self._check_leader(leader_epoch)
-            log = self.log
-            if offset < log.log_start_offset or offset > log.log_end_offset:
-                raise OffsetOutOfRangeError(
-                    f"offset {offset} is outside [{log.log_start_offset}, {log.log_end_offset}]",
-                    log.log_start_offset, log.log_end_offset)
+            self.log.check_offset(offset)
         except RaylogError as exc:
             return list(FetchBytesReply(b"", -1, -1, -1, _error_fields(exc)))
-        return list(FetchBytesReply(b"", self.state.high_watermark, log.log_start_offset, log.log_end_offset, []))
+        return list(FetchBytesReply(b"", self.state.high_watermark, self.log.log_start_offset,
+                                    self.log.log_end_offset, []))
 
     async def produce_bytes(self, records: bytes, acks: int = -1, timeout_ms: int = ACKS_ALL_TIMEOUT_MS) -> list:
         """``produce`` of one batch for a producer in another language: [base offset, error]."""

@@ -306,7 +306,8 @@ class PartitionLog:
                 "active_base_offset": active.base_offset, "active_size": active.size,
                 "active_index_entries": active.index.entries, "generation": self.generation}
 
-    def _check_offset(self, offset: int) -> None:
+    def check_offset(self, offset: int) -> None:
+        """OffsetOutOfRangeError unless ``offset`` is within [log_start_offset, log_end_offset]."""
         if offset < self.log_start_offset or offset > self.log_end_offset:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is outside [{self.log_start_offset}, {self.log_end_offset}]",
@@ -322,7 +323,7 @@ class PartitionLog:
         Empty at the log end; OffsetOutOfRangeError outside [log_start_offset, log_end_offset].
         The first batch may start before ``offset``: readers skip the records below it.
         """
-        self._check_offset(offset)
+        self.check_offset(offset)
         if max_offset is not None and offset >= max_offset:
             return b""
         for seg in self.segments[self._segment_slot(offset):]:
