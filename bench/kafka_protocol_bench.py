@@ -21,6 +21,9 @@ RF=1, on a local Ray, each the median of --runs runs:
   records: the native rate each listener row is given as a ratio of
 - Kafka's published single-producer (821,557 records/s) and single-consumer (940,521 records/s)
   figures (Jay Kreps, "Benchmarking Apache Kafka", 2014), for scale
+- what keeping Kafka's batches as they came would take off the listener (conversion_costs): the
+  fetch path's leader call and conversion to Kafka v2, each alone, and the produce conversion
+  beside the listener's CPU per record in the kcat producer row
 
     python -m bench kafka-protocol [--records 300000] [--partitions 2] [--runs 3]
 
@@ -224,7 +227,8 @@ def native_rates(cluster, topic: str, values: list[bytes], partitions: int) -> t
 class CpuShare:
     """Cores each process used over a stretch of wall time (user + system CPU / elapsed): tells
     whether the client (this process: its Python loop and librdkafka's threads) or the listener
-    is what a row waits on."""
+    is what a row waits on. ``client_python`` is the thread that runs the row alone: a Python
+    client's loop near a full core is the client's own limit, whatever the broker answers."""
 
     def __init__(self, pids: dict[str, int]):
         import psutil
@@ -232,14 +236,68 @@ class CpuShare:
         self.procs = {name: psutil.Process(pid) for name, pid in pids.items()}
         self.shares: dict[str, list[float]] = {}
 
-    def measure(self, row: str, work: Callable[[], float]) -> float:
+    def measure(self, row: str, work: Callable[[], float], python_client: bool = True) -> float:
         before = {name: sum(p.cpu_times()[:2]) for name, p in self.procs.items()}
+        thread_before = time.thread_time()
         started = time.perf_counter()
         result = work()
         elapsed = time.perf_counter() - started
         for name, p in self.procs.items():
             self.shares.setdefault(f"{row}_{name}", []).append((sum(p.cpu_times()[:2]) - before[name]) / elapsed)
+        if python_client:
+            self.shares.setdefault(f"{row}_client_python", []).append((time.thread_time() - thread_before) / elapsed)
         return result
+
+
+FETCH_BYTES = 2_097_152
+"""The partition fetch size of the consumer rows (CONSUMER_TUNING's max.partition.fetch.bytes)."""
+
+
+def conversion_costs(cluster, topic: str, partitions: int, values: list[bytes]) -> dict[str, float]:
+    """What storing Kafka's batches as they came (not built) would take off the listener's paths,
+    measured on ``topic`` (written by confluent-kafka through the listener), from this process on
+    the listener's node:
+
+    - fetch: every partition read from offset 0 in FETCH_BYTES calls to its leader (the call the
+      listener makes per partition of a Fetch), then each answer converted to Kafka v2 as the
+      listener converts it; records/s of each step alone;
+    - produce: the first 10,000 ``values`` as an lz4 Kafka batch (written by kafka-python, as a
+      client sends it) decoded and converted to raylog batches, as the listener does with
+      every produced batch; records/s."""
+    import ray
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    from raylog.kafka import record_batch as kafka_batches
+    from raylog.storage import batch as raylog_batch
+    from raylog.storage.payload import CODEC_LZ4
+
+    fetch_s = convert_s = 0.0
+    fetched = 0
+    for p in range(partitions):
+        leader = cluster.metadata.leader(topic, p)
+        offset, end = 0, len(values) // partitions
+        while offset < end:
+            started = time.perf_counter()
+            data = ray.get(leader.fetch.remote(offset, FETCH_BYTES, 0, 1, -1, -1))[0]
+            fetch_s += time.perf_counter() - started
+            started = time.perf_counter()
+            kafka_batches.from_raylog_log(data)
+            convert_s += time.perf_counter() - started
+            batches = list(raylog_batch.iter_batches(data))
+            fetched += batches[-1].next_offset - offset
+            offset = batches[-1].next_offset
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=CODEC_LZ4, is_transactional=False,
+                                        producer_id=-1, producer_epoch=-1, base_sequence=-1, batch_size=1 << 30)
+    sample = values[:10_000]
+    for i, value in enumerate(sample):
+        builder.append(i, timestamp=0, key=None, value=value, headers=[])
+    produced = bytes(builder.build())
+    rounds, started = 0, time.perf_counter()
+    while rounds < 20 or time.perf_counter() - started < 1.0:
+        kafka_batches.to_raylog(kafka_batches.decode(produced)[0])
+        rounds += 1
+    produce_convert = rounds * len(sample) / (time.perf_counter() - started)
+    return {"fetch_call": fetched / fetch_s, "fetch_convert": fetched / convert_s, "produce_convert": produce_convert}
 
 
 def run(records: int, partitions: int, runs: int, latency_samples: int) -> dict:
@@ -281,6 +339,8 @@ def run(records: int, partitions: int, runs: int, latency_samples: int) -> dict:
             rows["listener_consume"].append(cpu.measure(
                 "consume", lambda: consume_confluent(bootstrap, wire, records, partitions)))
             rows["listener_consume_defaults"].append(consume_confluent(bootstrap, wire, records, partitions, False))
+            for name, rate in conversion_costs(cluster, wire, partitions, values).items():
+                rows.setdefault(name, []).append(rate)
             produce, consume = native_rates(cluster, native, values, partitions)
             rows["native_produce"].append(produce)
             rows["native_consume"].append(consume)
@@ -289,11 +349,11 @@ def run(records: int, partitions: int, runs: int, latency_samples: int) -> dict:
                 by_kcat = f"kcat-{run_index}"
                 admin.create_topic(by_kcat, partitions)
                 rate, cores = cpu.measure("kcat_produce", lambda: kcat_produce(
-                    ["-b", bootstrap, "-t", by_kcat, *KCAT_PRODUCER, "-l", lines], records))
+                    ["-b", bootstrap, "-t", by_kcat, *KCAT_PRODUCER, "-l", lines], records), python_client=False)
                 rows["kcat_produce"].append(rate)
                 cpu.shares.setdefault("kcat_produce_kcat", []).append(cores)
                 rate, cores = cpu.measure("kcat_consume", lambda: kcat_consume(
-                    ["-b", bootstrap, "-t", by_kcat, "-o", "beginning", "-q", *KCAT_CONSUMER], records))
+                    ["-b", bootstrap, "-t", by_kcat, "-o", "beginning", "-q", *KCAT_CONSUMER], records), python_client=False)
                 rows["kcat_consume"].append(rate)
                 cpu.shares.setdefault("kcat_consume_kcat", []).append(cores)
             print(f"run {run_index + 1}: " + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in rows.items()), flush=True)
@@ -332,6 +392,22 @@ def run(records: int, partitions: int, runs: int, latency_samples: int) -> dict:
         print(f"kcat consumer via the listener:            {med['kcat_consume']:>12,.0f} records/s "
               f"({med['kcat_consume'] / med['native_consume']:.2f}x raylog's consumer; "
               f"{result['kcat_consumer_vs_kafka_published']:.2f}x Kafka's published {KAFKA_CONSUMER:,})")
+    cores = result["cores_used_median"]
+    call, convert = med["fetch_call"], med["fetch_convert"]
+    result["kafka_batches_as_they_came"] = as_came = {
+        "fetch_path_records_per_s": 1 / (1 / call + 1 / convert), "fetch_path_without_conversion": call,
+        "fetch_conversion_share": call / (call + convert),
+        "produce_conversion_us_per_record": 1e6 / med["produce_convert"]}
+    print(f"fetch path, {FETCH_BYTES >> 20} MiB partition fetches: the leader's fetch call {call:,.0f} records/s, "
+          f"the conversion to Kafka v2 {convert:,.0f}; both {as_came['fetch_path_records_per_s']:,.0f}, "
+          f"{as_came['fetch_conversion_share']:.0%} of it the conversion")
+    print(f"produce path: the conversion of lz4 Kafka batches {med['produce_convert']:,.0f} records/s "
+          f"({as_came['produce_conversion_us_per_record']:.2f} us a record)", end="")
+    if has_kcat:
+        listener_us = 1e6 * cores["kcat_produce_listener"] / med["kcat_produce"]
+        as_came["kcat_produce_listener_us_per_record"] = listener_us
+        print(f", against the listener's {listener_us:.2f} us of CPU a record in the kcat producer row", end="")
+    print()
     print(f"end-to-end latency through the listener: p50 {p50:.2f} ms, p99 {p99:.2f} ms ({latency_samples} samples)")
     print("cores used (median): " + ", ".join(f"{k} {v:.2f}" for k, v in result["cores_used_median"].items()))
     return result
