@@ -77,8 +77,13 @@ class KafkaListenerActor:
                              tls=tls)
 
     async def stats(self) -> dict:
+        """Connections open and refused; partition fetches answered over the same-node channel and
+        by Ray call."""
         listener = self._listener
-        return {"connections": listener.connections if listener else 0, "refused": listener.refused if listener else 0}
+        if listener is None:
+            return {"connections": 0, "refused": 0, "fetches_by_channel": 0, "fetches_by_call": 0}
+        return {"connections": listener.connections, "refused": listener.refused,
+                "fetches_by_channel": listener.api.fetches_by_channel, "fetches_by_call": listener.api.fetches_by_call}
 
     async def ping(self) -> int:
         return os.getpid()

@@ -171,11 +171,12 @@ class PartitionReplica:
                                   hw if hw is not None else self.log.log_start_offset, wall_clock_ms)
         self.state.min_insync_replicas = self.config.min_insync_replicas
         self.log.on_files_changing = self._publish_view
-        # Producers on this node send batches over a Unix socket to the same produce() (started
-        # on the first read_location, which is how they find it).
+        # Producers on this node send batches over a Unix socket to the same produce(), and the
+        # Kafka listener here fetches through it (started on the first read_location, which is
+        # how they find it).
         self._channel = produce_channel.ProduceChannelServer(
             produce_channel.socket_name(topic_id, partition, replica_id, os.getpid()), self.produce,
-            lambda: self.config.max_message_bytes) if produce_channel.available else None
+            lambda: self.config.max_message_bytes, self._channel_fetch) if produce_channel.available else None
         self._initial_state = initial_state if not _restarted() else None
         self._started = False
         self._generation = 0
@@ -981,6 +982,12 @@ class PartitionReplica:
         data, hw, log_start, log_end = await self._fetch(offset, max_bytes, max_wait_ms, min_bytes, replica_id,
                                                          leader_epoch)
         return np.frombuffer(data, dtype=np.uint8), hw, log_start, log_end
+
+    async def _channel_fetch(self, offset: int, max_bytes: int, max_wait_ms: int, min_bytes: int,
+                             leader_epoch: int | None) -> tuple:
+        """``fetch`` for the same-node channel: a consumer's, always (see produce_channel)."""
+        return await self._fetch(offset, max_bytes, max_wait_ms, min_bytes, -1,
+                                 -1 if leader_epoch is None else leader_epoch)
 
     async def _fetch(self, offset: int, max_bytes: int, max_wait_ms: int, min_bytes: int, replica_id: int,
                      leader_epoch: int) -> tuple:

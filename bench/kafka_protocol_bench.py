@@ -23,8 +23,9 @@ RF=1, on a local Ray, each the median of --runs runs:
 - Kafka's published single-producer (821,557 records/s) and single-consumer (940,521 records/s)
   figures (Jay Kreps, "Benchmarking Apache Kafka", 2014), for scale
 - what keeping Kafka's batches as they came would take off the listener (conversion_costs): the
-  fetch path's leader call and conversion to Kafka v2, each alone, and the produce conversion
-  beside the listener's CPU per record in the kcat producer row
+  fetch path's leader fetch (over the same-node channel, and by Ray call) and conversion to Kafka
+  v2, each alone, and the produce conversion beside the listener's CPU per record in the kcat
+  producer row
 
     python -m bench kafka-protocol [--records 300000] [--partitions 2] [--runs 3]
 
@@ -264,9 +265,9 @@ def conversion_costs(cluster, topic: str, partitions: int, values: list[bytes]) 
     measured on ``topic`` (written by confluent-kafka through the listener), from this process on
     the listener's node:
 
-    - fetch: every partition read from offset 0 in FETCH_BYTES calls to its leader (the call the
-      listener makes per partition of a Fetch), then each answer converted to Kafka v2 as the
-      listener converts it; records/s of each step alone;
+    - fetch: every partition read from offset 0 in FETCH_BYTES fetches from its leader, by Ray
+      call and over its same-node channel (the listener's two ways of fetching a partition), then
+      each answer converted to Kafka v2 as the listener converts it; records/s of each step alone;
     - produce: the first 10,000 ``values`` as an lz4 Kafka batch (written by kafka-python, as a
       client sends it) decoded and converted to raylog batches, as the listener does with
       every produced batch; records/s."""
@@ -274,24 +275,34 @@ def conversion_costs(cluster, topic: str, partitions: int, values: list[bytes]) 
     from kafka.record.default_records import DefaultRecordBatchBuilder
 
     from raylog.kafka import record_batch as kafka_batches
+    from raylog.produce_channel import ProduceChannel
     from raylog.storage import batch as raylog_batch
     from raylog.storage.payload import CODEC_LZ4
 
-    fetch_s = convert_s = 0.0
+    fetch_s = channel_s = convert_s = 0.0
     fetched = 0
     for p in range(partitions):
         leader = cluster.metadata.leader(topic, p)
+        _, _, name, secret = ray.get(leader.read_location.remote())
+        channel = ProduceChannel(name, bytes.fromhex(secret))
         offset, end = 0, len(values) // partitions
-        while offset < end:
-            started = time.perf_counter()
-            data = ray.get(leader.fetch.remote(offset, FETCH_BYTES, 0, 1, -1, -1))[0]
-            fetch_s += time.perf_counter() - started
-            started = time.perf_counter()
-            kafka_batches.from_raylog_log(data)
-            convert_s += time.perf_counter() - started
-            batches = list(raylog_batch.iter_batches(data))
-            fetched += batches[-1].next_offset - offset
-            offset = batches[-1].next_offset
+        try:
+            while offset < end:
+                started = time.perf_counter()
+                data = ray.get(leader.fetch.remote(offset, FETCH_BYTES, 0, 1, -1, -1))[0]
+                fetch_s += time.perf_counter() - started
+                started = time.perf_counter()
+                over_channel = channel.fetch(offset, FETCH_BYTES, 0, 1, None).result(60)[0]
+                channel_s += time.perf_counter() - started
+                assert bytes(over_channel) == bytes(data)
+                started = time.perf_counter()
+                kafka_batches.from_raylog_log(data)
+                convert_s += time.perf_counter() - started
+                batches = list(raylog_batch.iter_batches(data))
+                fetched += batches[-1].next_offset - offset
+                offset = batches[-1].next_offset
+        finally:
+            channel.close()
     builder = DefaultRecordBatchBuilder(magic=2, compression_type=CODEC_LZ4, is_transactional=False,
                                         producer_id=-1, producer_epoch=-1, base_sequence=-1, batch_size=1 << 30)
     sample = values[:10_000]
@@ -303,7 +314,8 @@ def conversion_costs(cluster, topic: str, partitions: int, values: list[bytes]) 
         kafka_batches.to_raylog(kafka_batches.decode(produced)[0])
         rounds += 1
     produce_convert = rounds * len(sample) / (time.perf_counter() - started)
-    return {"fetch_call": fetched / fetch_s, "fetch_convert": fetched / convert_s, "produce_convert": produce_convert}
+    return {"fetch_call": fetched / fetch_s, "fetch_channel": fetched / channel_s, "fetch_convert": fetched / convert_s,
+            "produce_convert": produce_convert}
 
 
 def run(records: int, partitions: int, runs: int, latency_samples: int) -> dict:
@@ -399,14 +411,17 @@ def run(records: int, partitions: int, runs: int, latency_samples: int) -> dict:
               f"({med['kcat_consume'] / med['native_consume']:.2f}x raylog's consumer; "
               f"{result['kcat_consumer_vs_kafka_published']:.2f}x Kafka's published {KAFKA_CONSUMER:,})")
     cores = result["cores_used_median"]
-    call, convert = med["fetch_call"], med["fetch_convert"]
+    call, channel, convert = med["fetch_call"], med["fetch_channel"], med["fetch_convert"]
     result["kafka_batches_as_they_came"] = as_came = {
-        "fetch_path_records_per_s": 1 / (1 / call + 1 / convert), "fetch_path_without_conversion": call,
-        "fetch_conversion_share": call / (call + convert),
+        "fetch_path_records_per_s": 1 / (1 / channel + 1 / convert), "fetch_path_without_conversion": channel,
+        "fetch_conversion_share": channel / (channel + convert),
+        "fetch_path_by_ray_call_records_per_s": 1 / (1 / call + 1 / convert),
         "produce_conversion_us_per_record": 1e6 / med["produce_convert"]}
-    print(f"fetch path, {FETCH_BYTES >> 20} MiB partition fetches: the leader's fetch call {call:,.0f} records/s, "
-          f"the conversion to Kafka v2 {convert:,.0f}; both {as_came['fetch_path_records_per_s']:,.0f}, "
-          f"{as_came['fetch_conversion_share']:.0%} of it the conversion")
+    print(f"fetch path, {FETCH_BYTES >> 20} MiB partition fetches: the leader's fetch over its same-node channel "
+          f"{channel:,.0f} records/s (by Ray call {call:,.0f}), the conversion to Kafka v2 {convert:,.0f}; both "
+          f"{as_came['fetch_path_records_per_s']:,.0f} (by Ray call "
+          f"{as_came['fetch_path_by_ray_call_records_per_s']:,.0f}), {as_came['fetch_conversion_share']:.0%} of it "
+          "the conversion")
     print(f"produce path: the conversion of lz4 Kafka batches {med['produce_convert']:,.0f} records/s "
           f"({as_came['produce_conversion_us_per_record']:.2f} us a record)", end="")
     if has_kcat:

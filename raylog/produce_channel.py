@@ -1,5 +1,7 @@
 """The same-node produce channel: a producer on a partition leader's Ray node sends its batches to
-the replica over a Unix socket instead of a Ray call.
+the replica over a Unix socket instead of a Ray call; the Kafka listener on that node also fetches
+through it (a consumer's fetch, the replica's own ``fetch``), so a 2 MiB answer crosses the socket
+rather than Ray's object store (5.9 ms a call there, most of it fixed: docs/performance.md).
 
 Ray's call to an async actor takes 0.68 ms one way on these machines (1.45 ms p99; a sync
 actor's 0.47 ms), most of a produce's end-to-end latency once consumers read the leader's files
@@ -16,20 +18,24 @@ and must come from the replica's own user (SO_PEERCRED). Anything else is closed
 
 Frames, little-endian:
 
-    hello:    4s magic "RLPC" | u16 version 1 | 32s secret            (once, client first)
+    hello:    4s magic "RLPC" | u16 version 2 | 32s secret            (once, client first)
     request:  u32 length | u32 request id | i8 acks | i32 leader epoch (-1: none) | i32 timeout ms | batch
+    fetch:    u32 20 | u32 request id | i8 FETCH (2) | i32 leader epoch (-1: none) | i32 0 |
+              i64 offset | i32 max bytes | i32 max wait ms | i32 min bytes
     response: u32 length | u32 request id | msgpack body
 
-A response body is ``[0, produce's response tuple]`` or ``[1, error class name, args, attributes]``
-(raylog errors carry only plain strings and numbers); requests are answered as they complete,
-in any order, matched by id. A connection that breaks fails every request still waiting on it
-with ReplicaNotAvailableError (retriable): the producer retries those batches, by sequence, at
-whoever leads.
+A response body is ``[0, produce's (or fetch's) response tuple]`` or ``[1, error class name, args,
+attributes]`` (raylog errors carry only plain strings and numbers); requests are answered as they
+complete, in any order, matched by id. A fetch is always a consumer's (replica id -1): a
+follower's fetch moves the leader's view of its progress, and is not a same-node peer's to make.
+A connection that breaks fails every request still waiting on it with ReplicaNotAvailableError
+(retriable): the producer retries those batches, by sequence, at whoever leads.
 
 Bounds (a replica must not run out of memory or descriptors whatever a peer does): a request
-longer than the topic's max_message_bytes closes the connection before its bytes are read; at
-most MAX_IN_FLIGHT requests per connection are read and not yet answered (beyond that the
-replica stops reading it); responses wait for the peer to take them (``drain``); the bytes of
+longer than the topic's max_message_bytes, or a fetch of another length than its 20 bytes, closes
+the connection before its bytes are read (a fetch's answer is as large as its max bytes, as by
+Ray call); at most MAX_IN_FLIGHT requests per connection are read and not yet answered (beyond
+that the replica stops reading it); responses wait for the peer to take them (``drain``); the bytes of
 requests read and not yet answered stay under BUFFERED_BYTES_MAX per replica; at most
 MAX_CONNECTIONS connections, each closed after IDLE_TIMEOUT_S without a request, or
 HELLO_TIMEOUT_S without its hello.
@@ -55,9 +61,13 @@ from raylog import errors
 
 HELLO = struct.Struct("<4sH32s")
 HELLO_MAGIC = b"RLPC"
-HELLO_VERSION = 1
+HELLO_VERSION = 2
 SECRET_BYTES = 32
 REQUEST = struct.Struct("<IIbii")
+FETCH = 2
+"""A request's acks field for a fetch (a produce's acks are -1, 0 or 1)."""
+FETCH_REQUEST = struct.Struct("<qiii")
+"""A fetch's body: offset, max bytes, max wait ms, min bytes."""
 RESPONSE = struct.Struct("<II")
 _PEERCRED = struct.Struct("3i")
 """struct ucred: pid, uid, gid."""
@@ -86,6 +96,8 @@ def _address(name: str) -> str:
 
 
 ProduceFn = Callable[[bytes, int, "int | None", int], Awaitable[tuple]]
+FetchFn = Callable[[int, int, int, int, "int | None"], Awaitable[tuple]]
+"""(offset, max bytes, max wait ms, min bytes, leader epoch or None) -> fetch's response tuple."""
 
 
 class _ByteBudget:
@@ -108,13 +120,16 @@ class _ByteBudget:
 
 
 class ProduceChannelServer:
-    """The replica's side: answers produce requests on its event loop with ``produce``. Not
-    thread-safe: everything runs on that loop."""
+    """The replica's side: answers produce requests on its event loop with ``produce``, and fetch
+    requests with ``fetch`` (None: a fetch closes the connection). Not thread-safe: everything
+    runs on that loop."""
 
-    def __init__(self, name: str, produce: ProduceFn, max_request_bytes: Callable[[], int]):
+    def __init__(self, name: str, produce: ProduceFn, max_request_bytes: Callable[[], int],
+                 fetch: FetchFn | None = None):
         self.name = name
         self.secret = os.urandom(SECRET_BYTES)
         self._produce = produce
+        self._fetch = fetch
         self._max_request_bytes = max_request_bytes
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[asyncio.StreamWriter] = set()
@@ -190,17 +205,27 @@ class ProduceChannelServer:
                 await slots.acquire()
                 head = await asyncio.wait_for(reader.readexactly(REQUEST.size), IDLE_TIMEOUT_S)
                 length, request_id, acks, epoch, timeout_ms = REQUEST.unpack(head)
-                if length > self._max_request_bytes():
-                    self.refused += 1
-                    break  # not a batch this topic takes: drop the connection, never buffer it
-                await self._budget.take(length)
-                try:
-                    records = await reader.readexactly(length)
-                except BaseException:
-                    await self._budget.give(length)
-                    raise
+                epoch = None if epoch < 0 else epoch
+                if acks == FETCH:
+                    if self._fetch is None or length != FETCH_REQUEST.size:
+                        self.refused += 1
+                        break
+                    offset, max_bytes, max_wait_ms, min_bytes = FETCH_REQUEST.unpack(await reader.readexactly(length))
+                    call, held = self._fetch(offset, max_bytes, max_wait_ms, min_bytes, epoch), 0
+                else:
+                    if length > self._max_request_bytes():
+                        self.refused += 1
+                        break  # not a batch this topic takes: drop the connection, never buffer it
+                    await self._budget.take(length)
+                    try:
+                        records = await reader.readexactly(length)
+                    except BaseException:
+                        await self._budget.give(length)
+                        raise
+                    call, held = self._produce(records, acks, epoch, timeout_ms), length
+                    del records
                 task = asyncio.get_running_loop().create_task(self._answer(
-                    writer, sending, slots, request_id, records, acks, None if epoch < 0 else epoch, timeout_ms))
+                    writer, sending, slots, request_id, call, held, "fetch" if acks == FETCH else "produce"))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
         except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError):
@@ -210,21 +235,26 @@ class ProduceChannelServer:
             writer.close()
 
     async def _answer(self, writer: asyncio.StreamWriter, sending: asyncio.Lock, slots: asyncio.Semaphore,
-                      request_id: int, records: bytes, acks: int, epoch: int | None, timeout_ms: int) -> None:
+                      request_id: int, call: Awaitable[tuple], held_bytes: int, what: str) -> None:
+        """Answers one request with ``call``'s outcome; ``held_bytes`` of the byte budget are the
+        request's, given back once it is done."""
         try:
             try:
-                body = [0, list(await self._produce(records, acks, epoch, timeout_ms))]
+                body = [0, list(await call)]
             except errors.RaylogError as exc:
                 body = [1, type(exc).__name__, list(exc.args), _plain_attributes(exc)]
-            except Exception as exc:  # noqa: BLE001 - a bug in produce: reported, the connection lives on
-                body = [1, "ActorCallError", [f"produce failed with {type(exc).__name__}: {exc}"], {}]
+            except Exception as exc:  # noqa: BLE001 - a bug in the replica: reported, the connection lives on
+                body = [1, "ActorCallError", [f"{what} failed with {type(exc).__name__}: {exc}"], {}]
             finally:
-                await self._budget.give(len(records))
-                del records
+                del call
+                if held_bytes:
+                    await self._budget.give(held_bytes)
             payload = msgpack.packb(body, use_bin_type=True)
+            del body
             async with sending:
                 if not writer.is_closing():
-                    writer.write(RESPONSE.pack(len(payload), request_id) + payload)
+                    writer.write(RESPONSE.pack(len(payload), request_id))
+                    writer.write(payload)
                     await writer.drain()  # a peer that reads nothing holds this slot, not the replica's memory
         except ConnectionError:
             pass
@@ -275,6 +305,15 @@ class ProduceChannel:
     def produce(self, records, acks: int, leader_epoch: int | None, timeout_ms: int) -> Future:
         """Queue one batch; the Future gets produce's response tuple or its raylog error. The buffer
         is sent as it is when its turn comes: the caller leaves it alone until the Future is done."""
+        return self._request(acks, leader_epoch, timeout_ms, records)
+
+    def fetch(self, offset: int, max_bytes: int, max_wait_ms: int, min_bytes: int,
+              leader_epoch: int | None) -> Future:
+        """Queue a consumer's fetch; the Future gets fetch's response tuple (records, high
+        watermark, log start, log end) or its raylog error."""
+        return self._request(FETCH, leader_epoch, 0, FETCH_REQUEST.pack(offset, max_bytes, max_wait_ms, min_bytes))
+
+    def _request(self, acks: int, leader_epoch: int | None, timeout_ms: int, body) -> Future:
         future: Future = Future()
         with self._lock:
             if self.broken is not None:
@@ -282,9 +321,9 @@ class ProduceChannel:
                 return future
             request_id = next(self._ids) & 0xFFFFFFFF
             self._pending[request_id] = future
-            head = REQUEST.pack(len(records), request_id, acks, -1 if leader_epoch is None else leader_epoch,
+            head = REQUEST.pack(len(body), request_id, acks, -1 if leader_epoch is None else leader_epoch,
                                 timeout_ms)
-            self._outgoing.append((head, records))
+            self._outgoing.append((head, body))
             self._ready.notify()
         return future
 
@@ -354,11 +393,14 @@ class ProduceChannel:
                 self._break(exc)
 
 
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
+def _recv_exactly(sock: socket.socket, n: int) -> bytearray:
+    # Into one buffer: a fetch's answer is megabytes, and joining chunks would copy it again.
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:])
+        if not k:
             raise EOFError("the replica closed the channel")
-        buf += chunk
-    return bytes(buf)
+        got += k
+    return buf

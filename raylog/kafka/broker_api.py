@@ -60,13 +60,13 @@ MAX_GROUPS_PER_REQUEST = 1000
 coordinator); the rest of a request with more get INVALID_REQUEST rather than hold its connection
 for minutes."""
 CHANNEL_LOOKUP_S = 1.0
-"""How long a produce waits for its leader's location (its same-node channel) before it goes by
-Ray call; a paused leader holds up its own partition only, and only that long."""
+"""How long a produce or fetch waits for its leader's location (its same-node channel) before it
+goes by Ray call; a paused leader holds up its own partition only, and only that long."""
 CHANNEL_RECHECK_S = 5.0
 """A partition whose leader had no same-node channel is looked at again this often."""
 MAX_CHANNELS = 64
-"""Same-node produce channels a listener keeps open (each is a socket and two threads): partitions
-beyond them use Ray calls."""
+"""Same-node channels a listener keeps open for produces, and as many for fetches (each is a socket
+and two threads): partitions beyond them use Ray calls."""
 
 
 _item, _make = frames.item_type, frames.make
@@ -164,6 +164,12 @@ class BrokerApi:
         self._channels: dict[tuple[str, int], tuple[int, produce_channel.ProduceChannel | None, float]] = {}
         """(topic, partition) -> (leader epoch, the same-node produce channel to that leader or None
         for Ray calls, when it was looked up)."""
+        self._fetch_channels: dict[tuple[str, int], tuple[int, produce_channel.ProduceChannel | None, float]] = {}
+        """The same for fetches, on connections of their own: a fetch parked at the leader must not
+        hold a produce's place among a connection's requests in flight."""
+        self.fetches_by_channel = 0
+        self.fetches_by_call = 0
+        """Partition fetches sent to leaders over a same-node channel, and by Ray call."""
         self._ray_node: str | None = None
         self._handlers: dict[int, Callable] = {
             0: self.produce, 1: self.fetch, 2: self.list_offsets, 3: self.metadata, 8: self.offset_commit,
@@ -361,13 +367,13 @@ class BrokerApi:
                                               for name, index, records in wanted))
             if turn is not None:
                 await turn[0].turn(turn[1])
-            channels = [self._channel_of(name, index) for name, index, _ in wanted]
+            channels = [self._channel_of(name, index, self._channels) for name, index, _ in wanted]
             if turn is not None:
                 moving = [(name, index) for (name, index, _), channel in zip(wanted, channels)
                           if turn[0].via.get((name, index), channel) is not channel]
                 if moving:
                     await turn[0].settle(moving)  # holding the turn: the requests behind it wait too
-                    channels = [self._channel_of(name, index) for name, index, _ in wanted]
+                    channels = [self._channel_of(name, index, self._channels) for name, index, _ in wanted]
             # Issued together, in order, before anything is awaited: the leaders get this request's
             # batches before the next request's.
             calls = [self._issue(name, index, leader_or_failure, channel, acks, timeout_ms, turn)
@@ -405,25 +411,25 @@ class BrokerApi:
                                                 "partition; Kafka's v2 format takes exactly one")
             converted = kafka_batches.to_raylog(batches[0])
             leader = await self._leader(topic, partition)
-            await self._look_up_channel(topic, partition, info, leader)
+            await self._look_up_channel(topic, partition, info, leader, self._channels)
             return leader, converted
         except Exception as exc:  # noqa: BLE001 - every failure is the partition's error code
             return None, self._failure(topic, exc)
 
-    async def _look_up_channel(self, topic: str, partition: int, info: TopicInfo, leader) -> None:
-        """Opens the same-node produce channel to the partition's leader (raylog/produce_channel.py)
-        when it runs on this listener's node: a batch then crosses a Unix socket, not Ray's object
-        store. Looked up once per leader epoch, again after it breaks, and every CHANNEL_RECHECK_S
-        while there is none."""
+    async def _look_up_channel(self, topic: str, partition: int, info: TopicInfo, leader, channels: dict) -> None:
+        """Opens a same-node channel (raylog/produce_channel.py) to the partition's leader, kept in
+        ``channels`` (produce's or fetch's), when it runs on this listener's node: a batch then
+        crosses a Unix socket, not Ray's object store. Looked up once per leader epoch, again after
+        it breaks, and every CHANNEL_RECHECK_S while there is none."""
         key = (topic, partition)
         epoch = info.description.partitions[partition].leader_epoch
-        entry = self._channels.get(key)
+        entry = channels.get(key)
         now = time.monotonic()
         if entry is not None and entry[0] == epoch and (
                 entry[1] is None and now - entry[2] < CHANNEL_RECHECK_S or entry[1] is not None and entry[1].broken is None):
             return
-        open_channels = sum(1 for _, c, _ in self._channels.values() if c is not None and c.broken is None)
-        self._channels[key] = (epoch, None, now)  # the requests that come meanwhile use Ray calls
+        open_channels = sum(1 for _, c, _ in channels.values() if c is not None and c.broken is None)
+        channels[key] = (epoch, None, now)  # the requests that come meanwhile use Ray calls
         if not produce_channel.available or open_channels >= MAX_CHANNELS:
             return
         channel = None
@@ -437,13 +443,13 @@ class BrokerApi:
                 channel = produce_channel.ProduceChannel(name, bytes.fromhex(secret))
         except Exception:  # noqa: BLE001 - no channel (a leader gone or paused, another node): Ray calls
             pass
-        old = self._channels.get(key)
+        old = channels.get(key)
         if old is not None and old[1] is not None and old[1] is not channel:
             old[1].close()
-        self._channels[key] = (epoch, channel, time.monotonic())
+        channels[key] = (epoch, channel, time.monotonic())
 
-    def _channel_of(self, topic: str, partition: int) -> produce_channel.ProduceChannel | None:
-        entry = self._channels.get((topic, partition))
+    def _channel_of(self, topic: str, partition: int, channels: dict) -> produce_channel.ProduceChannel | None:
+        entry = channels.get((topic, partition))
         return entry[1] if entry is not None and entry[1] is not None and entry[1].broken is None else None
 
     def _issue(self, topic: str, partition: int, prepared: tuple, channel: produce_channel.ProduceChannel | None,
@@ -516,12 +522,24 @@ class BrokerApi:
             _make(topic_cls, topic=topic, partitions=tuple(parts)) for topic, parts in by_topic.items()))
 
     async def _fetch_one(self, topic: str, p, max_wait_ms: int) -> tuple:
-        """(error code, high watermark, log start, log end, Kafka batches) of one partition."""
+        """(error code, high watermark, log start, log end, Kafka batches) of one partition: over the
+        same-node channel when the leader runs on this node and the fetch does not wait (a parked
+        fetch goes by Ray call, and holds no channel's place meanwhile), else by Ray call."""
         try:
             leader = await self._leader(topic, p.partition)
             epoch = getattr(p, "current_leader_epoch", -1)
-            data, hw, log_start, log_end = await leader.fetch.remote(
-                p.fetch_offset, max(p.partition_max_bytes, 1), max_wait_ms, 1, -1, epoch)
+            max_bytes = max(p.partition_max_bytes, 1)
+            channel = None
+            if max_wait_ms == 0:
+                await self._look_up_channel(topic, p.partition, await self._topic(topic), leader, self._fetch_channels)
+                channel = self._channel_of(topic, p.partition, self._fetch_channels)
+            if channel is not None:
+                self.fetches_by_channel += 1
+                call = asyncio.wrap_future(channel.fetch(p.fetch_offset, max_bytes, 0, 1, epoch))
+            else:
+                self.fetches_by_call += 1
+                call = leader.fetch.remote(p.fetch_offset, max_bytes, max_wait_ms, 1, -1, epoch)
+            data, hw, log_start, log_end = await call
             return ErrorCode.none, hw, log_start, log_end, kafka_batches.from_raylog_log(data)
         except Exception as exc:  # noqa: BLE001 - every failure is the partition's error code
             code = self._failure(topic, exc)[0]

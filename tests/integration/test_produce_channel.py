@@ -81,6 +81,36 @@ def test_a_bad_batch_sent_over_the_channel_gets_the_replicas_error_and_never_rea
     assert cluster.admin().end_offsets([tp])[tp] == 2
 
 
+def test_a_fetch_over_the_channel_answers_what_the_leaders_fetch_call_answers(cluster):
+    """The Kafka listener's fetches on the leader's node (issue 34) go over the channel: the answer
+    is the consumer fetch a Ray call gets, errors included."""
+    import ray
+
+    from raylog.errors import FencedLeaderEpochError, OffsetOutOfRangeError
+    from raylog.produce_channel import ProduceChannel
+
+    topic = fresh_topic(cluster, 1)
+    producer = cluster.producer(linger_ms=0, acks="all")
+    futures = [producer.send(topic, b"r%d" % i) for i in range(50)]
+    assert [f.get(60).offset for f in futures] == list(range(50))
+    producer.close()
+    leader = cluster.metadata.leader(topic, 0)
+    _, _, name, secret = ray.get(leader.read_location.remote())
+    channel = ProduceChannel(name, bytes.fromhex(secret))
+    try:
+        by_call = ray.get(leader.fetch.remote(0, 1 << 20, 0, 1, -1, -1))
+        by_channel = channel.fetch(0, 1 << 20, 0, 1, None).result(30)
+        assert len(by_channel[0]) > 50 * 3 and bytes(by_channel[0]) == bytes(by_call[0])
+        assert tuple(by_channel[1:]) == tuple(by_call[1:]) == (50, 0, 50)
+        assert channel.fetch(50, 1 << 20, 0, 1, None).result(30)[0] == b""  # at the end: nothing yet
+        with pytest.raises(OffsetOutOfRangeError):
+            channel.fetch(51, 100, 0, 1, None).result(30)
+        with pytest.raises(FencedLeaderEpochError):
+            channel.fetch(0, 100, 0, 1, 99).result(30)  # a leader epoch it does not have
+    finally:
+        channel.close()
+
+
 def test_a_sigkilled_leader_loses_no_record_acknowledged_over_the_channel(cluster):
     topic = fresh_topic(cluster, 2)
     workload = Workload(cluster, topic, request_timeout_ms=10_000)

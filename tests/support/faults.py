@@ -337,13 +337,15 @@ INTRUDER = r"""
 import socket, struct, sys
 prefix, batch, files = sys.argv[1], bytes.fromhex(sys.argv[2]), sys.argv[3:]
 names = sorted({line.split()[-1] for line in open("/proc/net/unix") if line.split()[-1].startswith(prefix)})
-request = struct.pack("<IIbii", len(batch), 1, 1, -1, 1000) + batch
+# A well-formed produce and a well-formed fetch (the documented frames).
+request = struct.pack("<IIbii", len(batch), 1, 1, -1, 1000) + batch \
+    + struct.pack("<IIbii", 20, 2, 2, -1, 0) + struct.pack("<qiii", 0, 1 << 20, 0, 1)
 refused = answered = readable = 0
 for name in names:
     replies = 0
-    # A well-formed request (the documented header), first after a hello with a secret it cannot
-    # know, then on its own (the channel before it had a hello).
-    for hello in (struct.pack("<4sH32s", b"RLPC", 1, bytes(32)), b""):
+    # The requests first after a hello of the current version with a secret it cannot know, then
+    # on their own (the channel before it had a hello).
+    for hello in (struct.pack("<4sH32s", b"RLPC", 2, bytes(32)), b""):
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(10)
         try:
@@ -377,7 +379,7 @@ def another_user_can_run() -> str | None:
 
 def intrude_channels(prefix: str = "@raylog/", files: list[str] = ()) -> tuple[int, int, int]:
     """Run a process that connects to every raylog produce channel on the machine whose name starts
-    with ``prefix``, sends a well-formed batch without the secret, and tries to read ``files``: as
+    with ``prefix``, sends a well-formed batch and fetch without the secret, and tries to read ``files``: as
     uid 65534 where the run may start one (root, setpriv), else as this user. Returns (channels
     that refused it, channels that answered, files it could read)."""
     from raylog.storage import batch as rb

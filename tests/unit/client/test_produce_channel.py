@@ -25,12 +25,12 @@ MAX_BATCH = 1 << 20
 class Replica:
     """An event loop on a thread serving a channel, as a replica's does."""
 
-    def __init__(self, produce):
+    def __init__(self, produce, fetch=None):
         self.name = produce_channel.socket_name(uuid.uuid4().hex[:8], 0, 0, 1)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.server = ProduceChannelServer(self.name, produce, lambda: MAX_BATCH)
+        self.server = ProduceChannelServer(self.name, produce, lambda: MAX_BATCH, fetch)
         self.run(self.server.start())
 
     def channel(self, **kwargs) -> ProduceChannel:
@@ -50,8 +50,8 @@ class Replica:
 def replica_factory():
     made = []
 
-    def make(produce):
-        made.append(Replica(produce))
+    def make(produce, fetch=None):
+        made.append(Replica(produce, fetch))
         return made[-1]
     yield make
     for r in made:
@@ -103,6 +103,57 @@ def test_a_raylog_error_comes_back_as_itself_with_its_fields(replica_factory):
             channel.produce(b"b", 1, None, 100).result(10)
     finally:
         channel.close()
+
+
+def test_a_fetch_gets_fetchs_answer_whole_beside_produces_and_its_errors_as_themselves(replica_factory):
+    """The Kafka listener's fetches (issue 34): a multi-megabyte answer arrives byte for byte, the
+    leader epoch is passed on, and a raylog error keeps its class and fields."""
+    log = bytes(range(256)) * 12_000  # 3 MB: many socket reads for one answer
+    seen = []
+
+    async def produce(records, acks, epoch, timeout_ms):
+        return (0, len(records), 0, 0, False)
+
+    async def fetch(offset, max_bytes, max_wait_ms, min_bytes, epoch):
+        seen.append((offset, max_bytes, max_wait_ms, min_bytes, epoch))
+        if offset > len(log):
+            raise errors.OffsetOutOfRangeError("past the end", log_start_offset=0, log_end_offset=len(log))
+        return (log[offset:offset + max_bytes], len(log), 0, len(log))
+
+    replica = replica_factory(produce, fetch)
+    channel = replica.channel()
+    try:
+        whole = channel.fetch(0, 1 << 30, 0, 1, None)
+        appended = channel.produce(b"abc", 1, None, 100)
+        tail = channel.fetch(len(log) - 10, 100, 250, 7, 4)
+        assert whole.result(10) == (log, len(log), 0, len(log))
+        assert appended.result(10)[1] == 3
+        assert tail.result(10)[0] == log[-10:]
+        assert seen == [(0, 1 << 30, 0, 1, None), (len(log) - 10, 100, 250, 7, 4)]
+        with pytest.raises(errors.OffsetOutOfRangeError) as caught:
+            channel.fetch(len(log) + 1, 100, 0, 1, None).result(10)
+        assert (caught.value.log_start_offset, caught.value.log_end_offset) == (0, len(log))
+    finally:
+        channel.close()
+
+
+def test_a_fetch_to_a_replica_that_serves_none_or_a_malformed_one_closes_the_connection_unanswered(replica_factory):
+    fetched = []
+
+    async def produce(records, acks, epoch, timeout_ms):
+        return (0, 0, 0, 0, False)
+
+    async def fetch(*request):
+        fetched.append(request)
+        return (b"", 0, 0, 0)
+
+    for serves_fetches, body in ((False, produce_channel.FETCH_REQUEST.pack(0, 100, 0, 1)), (True, b"\0" * 19)):
+        replica = replica_factory(produce, fetch if serves_fetches else None)
+        raw = raw_connection(replica, hello(replica.server.secret))
+        raw.sendall(produce_channel.REQUEST.pack(len(body), 1, produce_channel.FETCH, -1, 0) + body)
+        assert closed_unread(raw)
+        assert replica.server.refused == 1
+    assert fetched == []
 
 
 def test_a_replica_that_goes_away_fails_waiting_requests_as_retriable(replica_factory):
