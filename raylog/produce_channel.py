@@ -35,8 +35,8 @@ Bounds (a replica must not run out of memory or descriptors whatever a peer does
 longer than the topic's max_message_bytes, or a fetch of another length than its 20 bytes, closes
 the connection before its bytes are read (a fetch's answer is as large as its max bytes, as by
 Ray call); at most MAX_IN_FLIGHT requests per connection are read and not yet answered (beyond
-that the replica stops reading it); responses wait for the peer to take them (``drain``); the bytes of
-requests read and not yet answered stay under BUFFERED_BYTES_MAX per replica; at most
+that the replica stops reading it); responses wait for the peer to take them (``drain``); the
+bytes of requests read and not yet answered stay under BUFFERED_BYTES_MAX per replica; at most
 MAX_CONNECTIONS connections, each closed after IDLE_TIMEOUT_S without a request, or
 HELLO_TIMEOUT_S without its hello.
 """

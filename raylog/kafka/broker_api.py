@@ -328,7 +328,11 @@ class BrokerApi:
         return name
 
     async def _leader(self, topic: str, partition: int):
-        info = await self._topic(topic)
+        return self._leader_in(await self._topic(topic), topic, partition)
+
+    @staticmethod
+    def _leader_in(info: TopicInfo, topic: str, partition: int):
+        """The leader actor of ``partition`` in ``info`` (a topic description already looked up)."""
         if not 0 <= partition < info.num_partitions:
             raise errors.UnknownTopicOrPartitionError(f"{topic} has no partition {partition}")
         leader = info.leaders[partition]
@@ -410,7 +414,7 @@ class BrokerApi:
                 raise errors.CorruptRecordError(f"a produce request carries {len(batches)} batches for one "
                                                 "partition; Kafka's v2 format takes exactly one")
             converted = kafka_batches.to_raylog(batches[0])
-            leader = await self._leader(topic, partition)
+            leader = self._leader_in(info, topic, partition)
             await self._look_up_channel(topic, partition, info, leader, self._channels)
             return leader, converted
         except Exception as exc:  # noqa: BLE001 - every failure is the partition's error code
@@ -526,12 +530,13 @@ class BrokerApi:
         same-node channel when the leader runs on this node and the fetch does not wait (a parked
         fetch goes by Ray call, and holds no channel's place meanwhile), else by Ray call."""
         try:
-            leader = await self._leader(topic, p.partition)
+            info = await self._topic(topic)
+            leader = self._leader_in(info, topic, p.partition)
             epoch = getattr(p, "current_leader_epoch", -1)
             max_bytes = max(p.partition_max_bytes, 1)
             channel = None
             if max_wait_ms == 0:
-                await self._look_up_channel(topic, p.partition, await self._topic(topic), leader, self._fetch_channels)
+                await self._look_up_channel(topic, p.partition, info, leader, self._fetch_channels)
                 channel = self._channel_of(topic, p.partition, self._fetch_channels)
             if channel is not None:
                 self.fetches_by_channel += 1

@@ -379,9 +379,9 @@ def another_user_can_run() -> str | None:
 
 def intrude_channels(prefix: str = "@raylog/", files: list[str] = ()) -> tuple[int, int, int]:
     """Run a process that connects to every raylog produce channel on the machine whose name starts
-    with ``prefix``, sends a well-formed batch and fetch without the secret, and tries to read ``files``: as
-    uid 65534 where the run may start one (root, setpriv), else as this user. Returns (channels
-    that refused it, channels that answered, files it could read)."""
+    with ``prefix``, sends a well-formed batch and fetch without the secret, and tries to read
+    ``files``: as uid 65534 where the run may start one (root, setpriv), else as this user.
+    Returns (channels that refused it, channels that answered, files it could read)."""
     from raylog.storage import batch as rb
 
     command = [sys.executable, "-c", INTRUDER]
