@@ -16,7 +16,8 @@ first round runs every query once unrecorded (the JVM's JIT, the page cache), th
 recorded rounds; from one round to the next, who writes first and who is read first
 alternate (the one after writes behind the other's writeback and reads what the other left
 in the page cache). With --profile, each raylog read also prints where its tasks' time went
-(the connector's scan metrics, summed over tasks: fetch wait, decode; the rest is Spark's).
+(the connector's scan metrics, summed over tasks: fetch wait, decode, bytes fetched and inflated;
+the rest of a task's time is Spark's).
 
     python -m bench.spark_bench [--records 5000000] [--partitions 4] [--runs 3] [--json FILE]
 """
@@ -115,12 +116,14 @@ def main(argv=None) -> None:
         summary[row] = {"raylog": ours, "parquet": theirs, "ratio": ours / theirs}
         print(f"{row:28}{ours:>14,.0f}{theirs:>15,.0f}{ours / theirs:>15.2f}x")
     if args.profile:
-        print("\nraylog reads, median over runs: wall s; summed over tasks: fetch wait, decode (ms); MB fetched")
+        print("\nraylog reads, median over runs: wall s; summed over tasks: fetch wait, decode (ms); MB fetched,"
+              " MB inflated")
         for row, runs in profiles.items():
             def med(key):
                 return statistics.median(r.get(key, 0.0) for r in runs)
             print(f"{row:28}{med('seconds'):>8.2f} s{med('raylog: time waiting for fetches (ms)'):>9.0f} ms"
-                  f"{med('raylog: time decoding batches (ms)'):>9.0f} ms{med('raylog: bytes fetched') / 1e6:>8.1f} MB")
+                  f"{med('raylog: time decoding batches (ms)'):>9.0f} ms{med('raylog: bytes fetched') / 1e6:>8.1f} MB"
+                  f"{med('raylog: bytes inflated') / 1e6:>8.1f} MB")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"records": n, "partitions": args.partitions, "runs": args.runs, "rows": summary,

@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 
 from raylog.records import TopicPartition
 from tests.integration.conftest import wait_for
-from tests.support.spark_rows import NOW, as_rows, produce_numbered, read_everything, rows, run_once
+from tests.support.spark_rows import NOW, as_rows, compacted_topic, produce_numbered, read_everything, rows, run_once
 from tests.support.topics import end_offsets, fresh_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.ray, pytest.mark.slow]
@@ -206,17 +206,7 @@ def test_count_of_a_topic_compacted_once_counts_its_records_not_its_offsets(clus
     """Finding 9 of issue 32: COUNT(*) pushdown answers from offsets unless the topic is compacted,
     judged by its cleanup policy now; a topic compacted and then switched to delete keeps its
     gaps, and the count came out too high. It counts rows there, as for a compacted topic."""
-    import ray
-
-    topic = fresh_topic(cluster, 1, cleanup_policy="compact", segment_bytes=4096)
-    producer = cluster.producer()
-    try:
-        for round_ in range(12):
-            producer.send_batch(topic, [b"v%d:%d" % (round_, k) for k in range(50)],
-                                keys=[b"k%d" % k for k in range(50)], partition=0).wait(timeout=60)
-    finally:
-        producer.close()
-    ray.get(cluster.metadata.leader(topic, 0).maintain_now.remote())
+    topic = compacted_topic(cluster)
     cluster.admin().alter_topic_config(topic, {"cleanup.policy": "delete"})
     rows = load(spark, topic).select("offset").collect()
     assert len(rows) < 600, "compaction removed superseded records"

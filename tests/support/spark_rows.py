@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from tests.support.topics import consume_all
+from tests.support.topics import consume_all, fresh_topic
 
 NOW = int(time.time() * 1000)
 """The base of produce_numbered's timestamps."""
@@ -62,6 +62,24 @@ def produce_numbered(cluster, topic: str, counts: list[int], first: int = 0, ste
             future.wait(timeout=60)
     finally:
         producer.close()
+
+
+def compacted_topic(cluster, rounds: int = 12, keys: int = 50) -> str:
+    """A one-partition compacted topic of ``rounds`` batches that each rewrite the same ``keys``
+    keys, compacted once: its cleaned batches carry offset deltas (gaps where superseded records
+    were)."""
+    import ray
+
+    topic = fresh_topic(cluster, 1, cleanup_policy="compact", segment_bytes=4096)
+    producer = cluster.producer()
+    try:
+        for round_ in range(rounds):
+            producer.send_batch(topic, [b"v%d:%d" % (round_, k) for k in range(keys)],
+                                keys=[b"k%d" % k for k in range(keys)], partition=0).wait(timeout=60)
+    finally:
+        producer.close()
+    ray.get(cluster.metadata.leader(topic, 0).maintain_now.remote())
+    return topic
 
 
 def run_once(query) -> None:

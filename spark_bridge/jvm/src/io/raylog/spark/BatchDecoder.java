@@ -67,6 +67,9 @@ final class BatchDecoder {
       DataTypes.createStructField("value", DataTypes.BinaryType, true)}), true);
 
   private static final LZ4SafeDecompressor LZ4 = LZ4Factory.fastestInstance().safeDecompressor();
+  /** Columns read from the batch header, the payload's header or its key buffers alone. */
+  private static final java.util.Set<String> PREFIX_COLUMNS =
+      java.util.Set.of("key", "topic", "partition", "timestampType", "offset", "headers");
 
   private final String topic;
   private final UTF8String topicUtf8;
@@ -74,6 +77,9 @@ final class BatchDecoder {
   private final String[] columns;
   private final boolean withHeaders;
   private final BufferAllocator allocator;
+  private final boolean keysOnly;
+  private final boolean withTimestamp;
+  private long inflatedBytes;
 
   /** Decodes batches of {@code topic}-{@code partition} into {@code columns} (names of Kafka's schema). */
   BatchDecoder(String topic, int partition, String[] columns, BufferAllocator allocator) {
@@ -83,6 +89,24 @@ final class BatchDecoder {
     this.columns = columns;
     this.withHeaders = java.util.Arrays.asList(columns).contains("headers");
     this.allocator = allocator;
+    boolean keys = true;
+    for (String c : columns) {
+      keys &= PREFIX_COLUMNS.contains(c) || c.equals("timestamp");
+    }
+    this.keysOnly = keys;
+    this.withTimestamp = java.util.Arrays.asList(columns).contains("timestamp");
+  }
+
+  /** Whether this batch's columns all come from the payload's header and key buffers, which
+   *  lead it: then an lz4 payload is inflated only that far. A timestamp qualifies when the
+   *  batch's is the log's append time, one value from the batch header. */
+  private boolean keysSuffice(boolean logAppend) {
+    return keysOnly && (logAppend || !withTimestamp);
+  }
+
+  /** Payload bytes laid out so far, inflated or copied (a read of keys alone stops at them). */
+  long inflatedBytes() {
+    return inflatedBytes;
   }
 
   /** One batch's place in a fetch buffer. */
@@ -137,15 +161,24 @@ final class BatchDecoder {
     if (count <= 0) {
       throw corrupt("batch at offset " + h.baseOffset + " holds " + count + " records");
     }
-    ArrowBuf raw = inflate(buf, pos + HEADER_SIZE, h.size - HEADER_SIZE, attributes & 0x07);
+    boolean logAppend = (attributes & TIMESTAMP_TYPE_LOG_APPEND) != 0;
+    PrefixedLz4 prefix = null;
+    ArrowBuf raw;
+    if (magic == LAYOUT_ARROW && (attributes & 0x07) == CODEC_LZ4 && keysSuffice(logAppend)) {
+      prefix = lz4Prefix(buf, pos + HEADER_SIZE, h.size - HEADER_SIZE);
+      raw = prefix.buffer;
+    } else {
+      raw = inflate(buf, pos + HEADER_SIZE, h.size - HEADER_SIZE, attributes & 0x07);
+    }
     Decoded out = new Decoded();
     out.owned.add(raw::close);
     try {
-      Payload p = magic == LAYOUT_ARROW ? arrowLayout(raw, count) : magic == LAYOUT_ROWS ? rowLayout(raw, count, out)
-          : null;
+      Payload p = magic == LAYOUT_ARROW ? arrowLayout(raw, count, prefix == null ? null : prefix.decoder)
+          : magic == LAYOUT_ROWS ? rowLayout(raw, count, out) : null;
       if (p == null) {
         throw corrupt("batch at offset " + h.baseOffset + " has unknown magic " + magic);
       }
+      inflatedBytes += prefix == null ? raw.writerIndex() : prefix.decoder.decoded();
       int first = indexOf(p, h.baseOffset, from, count);
       int end = indexOf(p, h.baseOffset, until, count);
       int n = end - first;
@@ -153,7 +186,6 @@ final class BatchDecoder {
         out.close();
         return null;
       }
-      boolean logAppend = (attributes & TIMESTAMP_TYPE_LOG_APPEND) != 0;
       ColumnVector[] vectors = new ColumnVector[columns.length];
       for (int i = 0; i < columns.length; i++) {
         vectors[i] = column(columns[i], p, h.baseOffset, first, n, baseTimestamp, maxTimestamp, logAppend, out);
@@ -304,6 +336,23 @@ final class BatchDecoder {
     }
     raw.writerIndex(size);
     return raw;
+  }
+
+  /** An lz4 payload's buffer of its declared size and the decoder that fills it on demand. */
+  private static final class PrefixedLz4 {
+    ArrowBuf buffer;
+    Lz4Prefix decoder;
+  }
+
+  private PrefixedLz4 lz4Prefix(byte[] buf, int start, int length) {
+    if (length < 4) {
+      throw corrupt("lz4 payload shorter than its size prefix");
+    }
+    PrefixedLz4 out = new PrefixedLz4();
+    out.buffer = declared("lz4", le32(buf, start));
+    out.decoder = new Lz4Prefix(buf, start + 4, length - 4, null, out.buffer.memoryAddress(),
+        (int) out.buffer.writerIndex());
+    return out;
   }
 
   /** A buffer for a payload that declares {@code size} uncompressed bytes, refused above the bound. */
@@ -498,15 +547,17 @@ final class BatchDecoder {
   }
 
   /** Magic 2: u32 header size, msgpack [count, key nulls, value nulls, sizes[8], headers], 8 buffers. */
-  private Payload arrowLayout(ArrowBuf raw, int count) {
+  private Payload arrowLayout(ArrowBuf raw, int count, Lz4Prefix lz4) {
     long total = raw.writerIndex();
     if (total < 4) {
       throw corrupt("payload shorter than its header size");
     }
+    inflated(lz4, 4);
     long headerSize = raw.getInt(0) & 0xFFFFFFFFL;
     if (headerSize > total - 4) {
       throw corrupt("payload header size " + headerSize + " runs past the " + total + " payload bytes");
     }
+    inflated(lz4, 4 + headerSize);
     byte[] header = new byte[(int) headerSize];
     raw.getBytes(4, header);
     Payload p = new Payload();
@@ -541,22 +592,42 @@ final class BatchDecoder {
       bufs[i] = raw.slice(at, sizes[i]);
       at += sizes[i] + pad(sizes[i]);
     }
-    checkBinary("key", p.keyNulls, count, sizes[0], sizes[1], sizes[2], bufs[0], bufs[1]);
-    checkBinary("value", p.valueNulls, count, sizes[3], sizes[4], sizes[5], bufs[3], bufs[4]);
     if (sizes[6] != 8L * count) {
       throw corrupt("payload timestamp deltas hold " + sizes[6] + " bytes for " + count + " records");
     }
     if (sizes[7] != 0 && sizes[7] != 4L * count) {
       throw corrupt("payload offset deltas hold " + sizes[7] + " bytes for " + count + " records");
     }
+    // Offset deltas (a compacted batch) come last, and every read of a window needs them.
+    boolean whole = lz4 == null || sizes[7] != 0;
+    inflated(lz4, whole ? total : bufs[2].memoryAddress() - raw.memoryAddress() + sizes[2]);
+    if (lz4 != null && whole && !lz4.finished()) {
+      throw corrupt("lz4 payload inflates past the " + total + " bytes it declares");
+    }
+    checkBinary("key", p.keyNulls, count, sizes[0], sizes[1], sizes[2], bufs[0], bufs[1]);
+    p.keyBufs = new ArrowBuf[] {bufs[0], bufs[1], bufs[2]};
+    if (whole) {
+      checkBinary("value", p.valueNulls, count, sizes[3], sizes[4], sizes[5], bufs[3], bufs[4]);
+      p.valueBufs = new ArrowBuf[] {bufs[3], bufs[4], bufs[5]};
+      p.timestampDeltas = bufs[6];
+    }
     if (sizes[7] != 0) {
       checkOffsetDeltas(bufs[7], count);
+      p.offsetDeltas = bufs[7];
     }
-    p.keyBufs = new ArrowBuf[] {bufs[0], bufs[1], bufs[2]};
-    p.valueBufs = new ArrowBuf[] {bufs[3], bufs[4], bufs[5]};
-    p.timestampDeltas = bufs[6];
-    p.offsetDeltas = sizes[7] == 0 ? null : bufs[7];
     return p;
+  }
+
+  /** With {@code lz4} (a payload inflated on demand), inflate at least its first {@code n} bytes. */
+  private void inflated(Lz4Prefix lz4, long n) {
+    if (lz4 == null) {
+      return;
+    }
+    try {
+      lz4.ensure(n);
+    } catch (IllegalArgumentException e) {
+      throw corrupt("lz4 payload does not decompress: " + e.getMessage());
+    }
   }
 
   /** What payload.py's decoder checks: a CRC only proves the bytes are the producer's, and Arrow

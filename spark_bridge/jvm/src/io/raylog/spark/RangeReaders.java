@@ -279,7 +279,8 @@ final class RangeReaders implements PartitionReaderFactory {
 
     @Override
     public CustomTaskMetric[] currentMetricsValues() {
-      return ReadMetrics.values(fetchWaitNs / 1_000_000, decodeNs / 1_000_000, fetchedBytes, records);
+      return ReadMetrics.values(fetchWaitNs / 1_000_000, decodeNs / 1_000_000, fetchedBytes, records,
+          decoder.inflatedBytes());
     }
 
     private ObjectRef<Object> call(long at) {

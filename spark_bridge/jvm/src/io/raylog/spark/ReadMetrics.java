@@ -8,13 +8,15 @@ import org.apache.spark.sql.connector.metric.CustomTaskMetric;
  * Where a read's task time goes, as Spark SQL metrics of the scan node (summed over tasks):
  * time waiting for the leader's fetch answers, time inflating and laying out batches, bytes
  * fetched and records handed to Spark. What is left of a task's time is Spark's own work on
- * the batches. bench/spark_bench.py --profile prints them.
+ * the batches; and bytes inflated, which a read of keys alone keeps to the payloads' key
+ * columns (BatchDecoder). bench/spark_bench.py --profile prints them.
  */
 public final class ReadMetrics {
   static final String FETCH_WAIT = "raylogFetchWaitMs";
   static final String DECODE = "raylogDecodeMs";
   static final String BYTES = "raylogFetchedBytes";
   static final String RECORDS = "raylogRecords";
+  static final String INFLATED = "raylogInflatedBytes";
 
   private ReadMetrics() {}
 
@@ -39,12 +41,13 @@ public final class ReadMetrics {
         new Sum(FETCH_WAIT, "raylog: time waiting for fetches (ms)"),
         new Sum(DECODE, "raylog: time decoding batches (ms)"),
         new Sum(BYTES, "raylog: bytes fetched"),
-        new Sum(RECORDS, "raylog: records read")};
+        new Sum(RECORDS, "raylog: records read"),
+        new Sum(INFLATED, "raylog: bytes inflated")};
   }
 
-  static CustomTaskMetric[] values(long fetchWaitMs, long decodeMs, long bytes, long records) {
-    return new CustomTaskMetric[] {
-        value(FETCH_WAIT, fetchWaitMs), value(DECODE, decodeMs), value(BYTES, bytes), value(RECORDS, records)};
+  static CustomTaskMetric[] values(long fetchWaitMs, long decodeMs, long bytes, long records, long inflated) {
+    return new CustomTaskMetric[] {value(FETCH_WAIT, fetchWaitMs), value(DECODE, decodeMs), value(BYTES, bytes),
+        value(RECORDS, records), value(INFLATED, inflated)};
   }
 
   private static CustomTaskMetric value(String name, long v) {
