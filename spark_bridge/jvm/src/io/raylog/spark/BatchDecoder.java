@@ -162,23 +162,24 @@ final class BatchDecoder {
       throw corrupt("batch at offset " + h.baseOffset + " holds " + count + " records");
     }
     boolean logAppend = (attributes & TIMESTAMP_TYPE_LOG_APPEND) != 0;
-    PrefixedLz4 prefix = null;
+    Lz4Prefix prefix = null;
     ArrowBuf raw;
     if (magic == LAYOUT_ARROW && (attributes & 0x07) == CODEC_LZ4 && keysSuffice(logAppend)) {
-      prefix = lz4Prefix(buf, pos + HEADER_SIZE, h.size - HEADER_SIZE);
-      raw = prefix.buffer;
+      raw = lz4Buffer(buf, pos + HEADER_SIZE, h.size - HEADER_SIZE);
+      prefix = new Lz4Prefix(buf, pos + HEADER_SIZE + 4, h.size - HEADER_SIZE - 4, null, raw.memoryAddress(),
+          (int) raw.writerIndex());
     } else {
       raw = inflate(buf, pos + HEADER_SIZE, h.size - HEADER_SIZE, attributes & 0x07);
     }
     Decoded out = new Decoded();
     out.owned.add(raw::close);
     try {
-      Payload p = magic == LAYOUT_ARROW ? arrowLayout(raw, count, prefix == null ? null : prefix.decoder)
+      Payload p = magic == LAYOUT_ARROW ? arrowLayout(raw, count, prefix)
           : magic == LAYOUT_ROWS ? rowLayout(raw, count, out) : null;
       if (p == null) {
         throw corrupt("batch at offset " + h.baseOffset + " has unknown magic " + magic);
       }
-      inflatedBytes += prefix == null ? raw.writerIndex() : prefix.decoder.decoded();
+      inflatedBytes += prefix == null ? raw.writerIndex() : prefix.decoded();
       int first = indexOf(p, h.baseOffset, from, count);
       int end = indexOf(p, h.baseOffset, until, count);
       int n = end - first;
@@ -313,14 +314,8 @@ final class BatchDecoder {
       throw new RaylogSparkException("UnsupportedCodecError", topic + "-" + partition + ": unknown codec id " + codec
           + "; raylog supports none (0), gzip (1), snappy (2), lz4 (3), zstd (4)");
     }
-    if (length < 4) {
-      throw corrupt("lz4 payload shorter than its size prefix");
-    }
-    long size = ByteBuffer.wrap(buf, start, 4).order(ByteOrder.LITTLE_ENDIAN).getInt() & 0xFFFFFFFFL;
-    if (size > MAX_UNCOMPRESSED_BYTES) {
-      throw corrupt("lz4 payload claims " + size + " uncompressed bytes");
-    }
-    ArrowBuf raw = allocator.buffer(Math.max(size, 1));
+    ArrowBuf raw = lz4Buffer(buf, start, length);
+    long size = raw.writerIndex();
     try {
       ByteBuffer dest = raw.nioBuffer(0, (int) size);
       int got = LZ4.decompress(ByteBuffer.wrap(buf), start + 4, length - 4, dest, 0, (int) size);
@@ -334,25 +329,15 @@ final class BatchDecoder {
       raw.close();
       throw e;
     }
-    raw.writerIndex(size);
     return raw;
   }
 
-  /** An lz4 payload's buffer of its declared size and the decoder that fills it on demand. */
-  private static final class PrefixedLz4 {
-    ArrowBuf buffer;
-    Lz4Prefix decoder;
-  }
-
-  private PrefixedLz4 lz4Prefix(byte[] buf, int start, int length) {
+  /** The buffer an lz4 payload (its size as 4 little-endian bytes, then the block) inflates into. */
+  private ArrowBuf lz4Buffer(byte[] buf, int start, int length) {
     if (length < 4) {
       throw corrupt("lz4 payload shorter than its size prefix");
     }
-    PrefixedLz4 out = new PrefixedLz4();
-    out.buffer = declared("lz4", le32(buf, start));
-    out.decoder = new Lz4Prefix(buf, start + 4, length - 4, null, out.buffer.memoryAddress(),
-        (int) out.buffer.writerIndex());
-    return out;
+    return declared("lz4", le32(buf, start));
   }
 
   /** A buffer for a payload that declares {@code size} uncompressed bytes, refused above the bound. */
