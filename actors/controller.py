@@ -465,7 +465,7 @@ class Controller:
         self.metrics.event("node_registered")
         log_event(logger, "node_registered", node=node, ray_node=ray_node, address=address, data_dir=data_dir,
                   **({"missing_s": round(missing_s, 1)} if returned else {}))
-        self._commit(self.state.restarted(node, ray_node), "node_restarted")
+        self._drain_ended(node, self.state.restarted(node, ray_node), "node_restarted")
         if self.config.kafka_listener:
             self._listener_starts[node] = asyncio.get_running_loop().create_task(self._start_listener(node, ray_node))
         if self._start_done:
@@ -845,8 +845,10 @@ class Controller:
         leader_handle = None
         if part["leader"] != NO_LEADER:
             leader_handle = self.handles.get(self._key(topic, p, part["leader"]))
+        draining = self.state.draining_nodes()
         return {"leader": part["leader"], "leader_epoch": part["leader_epoch"],
                 "partition_epoch": part["partition_epoch"], "replicas": replica_ids(part), "isr": part["isr"],
+                "ineligible": [r["replica_id"] for r in part["replicas"] if r["node_id"] in draining],
                 "leader_handle": leader_handle, "config": dict(topic.config), "config_version": topic.config_version}
 
     def _push(self, topic: TopicState, p: int) -> None:
@@ -1004,11 +1006,11 @@ class Controller:
         replicas, not added to any ISR, until it restarts), leadership of every partition it leads
         moves to another live in-sync replica, and its replicas leave the ISRs where another member
         stays; then each of its replicas is told and answers as a follower. A partition whose only
-        in-sync replica is there waits, up to ``timeout_ms``, for another live replica to catch up
-        and join its ISR (Kafka's broker retries its controlled shutdown the same way). Returns
-        what is left: ``leaders`` it still has (listed in ``blocked``: they go offline while it is
-        down), ISRs it is still in, and ``can_stop`` (it leads nothing). ``cancel`` ends a drain
-        without a restart."""
+        in-sync replica is there, or whose ISR it cannot leave yet, waits, up to ``timeout_ms``, for
+        another live replica to catch up and join its ISR or come back (Kafka's broker retries its
+        controlled shutdown the same way). Returns what is left: ``leaders`` it still has (listed in
+        ``blocked``: they go offline while it is down), ISRs it is still in, and ``can_stop`` (it
+        leads nothing). ``cancel`` ends a drain without a restart."""
         node_id = args.integer("node_id", node_id, 0, args.INT32_MAX)
         if not isinstance(cancel, bool):
             raise InvalidRequestError(f"cancel must be a bool, got {cancel!r}")
@@ -1017,18 +1019,27 @@ class Controller:
         if not cancel and node_id not in self.node_sessions:
             raise InvalidRequestError(f"node {node_id} is not running (running: {sorted(self.node_sessions)}): "
                                       "there is nothing to drain")
-        self._commit(self.state.set_draining(node_id, not cancel, self.node_sessions.get(node_id, "")),
-                     "admin_request")
-        log_event(logger, "node_drain_cancelled" if cancel else "node_draining", node=node_id)
+        records = self.state.set_draining(node_id, not cancel, self.node_sessions.get(node_id, ""))
         if cancel:
+            self._drain_ended(node_id, records, "admin_request")
+            log_event(logger, "node_drain_cancelled", node=node_id)
             return {"node_id": node_id, "draining": False, "leaders": 0, "in_isr": 0, "blocked": [], "can_stop": False}
+        self._commit(records, "admin_request")
+        log_event(logger, "node_draining", node=node_id)
         deadline = time.monotonic() + timeout_ms / 1000
         partitions = [(topic, p) for topic in list(self.state.topics.values()) for p in range(len(topic.partitions))]
         while True:
+            # Cleared before the moves: a change while they wait on the replicas (a follower joining
+            # the ISR) must wake the next look, since the moves ran before it.
+            self._state_changed.clear()
             await self._move_off(node_id, partitions)
-            self._state_changed.clear()  # after the moves: what _left_on reads is newer than the clear
-            blocked, in_isr = self._left_on(node_id)
-            partitions = [(t, p) for t, p in blocked if self._may_catch_up(t, p, node_id)]
+            blocked, member = self._left_on(node_id)
+            in_isr = len(member)
+            # Where it still leads or is in sync (a leader is in its ISR), no other replica could
+            # take its place yet: a follower is catching up, or a leader restarting is not alive for
+            # a moment (seen under load: the drain ended in an ISR it could leave a moment later).
+            # Each is moved again as the state changes.
+            partitions = [(t, p) for t, p in member if self._may_catch_up(t, p, node_id)]
             left = deadline - time.monotonic()
             node = self.state.nodes.get(node_id)
             if not partitions or left <= 0 or node is None or not node.draining:
@@ -1040,6 +1051,16 @@ class Controller:
         log_event(logger, "node_drained", node=node_id, leaders_left=len(blocked), isr_left=in_isr)
         return {"node_id": node_id, "draining": True, "leaders": len(blocked), "in_isr": in_isr,
                 "blocked": [[t.name, p] for t, p in blocked], "can_stop": not blocked}
+
+    def _drain_ended(self, node_id: int, records: list[dict], reason: str) -> None:
+        """Commit the end of a drain, and tell the leaders of the node's partitions that its replicas
+        may join their ISRs again (no epoch changes with it, so nothing else would)."""
+        self._commit(records, reason)
+        if records:
+            for topic in list(self.state.topics.values()):
+                for p, part in enumerate(topic.partitions):
+                    if any(r["node_id"] == node_id for r in part["replicas"]):
+                        self._push(topic, p)
 
     async def _move_off(self, node_id: int, partitions: list[tuple[TopicState, int]]) -> None:
         """Leadership and ISR membership of ``partitions`` off a draining node, then its replicas told."""
@@ -1059,16 +1080,17 @@ class Controller:
                                                  self.config.request_timeout_ms / 1000))
         await asyncio.gather(*told, return_exceptions=True)
 
-    def _left_on(self, node_id: int) -> tuple[list[tuple[TopicState, int]], int]:
-        """The partitions ``node_id`` still leads, and how many ISRs it is still in."""
-        blocked, in_isr = [], 0
+    def _left_on(self, node_id: int) -> tuple[list[tuple[TopicState, int]], list[tuple[TopicState, int]]]:
+        """The partitions ``node_id`` still leads, and those whose ISR it is still in."""
+        blocked, member = [], []
         for topic in self.state.topics.values():
             for p, part in enumerate(topic.partitions):
                 there = {r["replica_id"] for r in part["replicas"] if r["node_id"] == node_id}
                 if part["leader"] in there:
                     blocked.append((topic, p))
-                in_isr += bool(there & set(part["isr"]))
-        return blocked, in_isr
+                if there & set(part["isr"]):
+                    member.append((topic, p))
+        return blocked, member
 
     def _may_catch_up(self, topic: TopicState, p: int, node_id: int) -> bool:
         """Whether a replica of the partition is on another running node that is not draining, so

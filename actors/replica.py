@@ -412,7 +412,11 @@ class PartitionReplica:
         if st.get("config") is not None:
             self._apply_config(st["config"], st["config_version"])
         same_epoch = st["leader_epoch"] == self.state.leader_epoch
+        freed = "ineligible" in st and self.state.set_ineligible(st["ineligible"], st["leader_epoch"],
+                                                                 st["partition_epoch"])
         if not self.state.is_newer(st["leader_epoch"], st["partition_epoch"]):
+            if freed and self.state.role == LEADER:
+                self._maybe_propose_isr()  # a drained node restarted: its caught-up follower rejoins now
             return  # whatever the role: a late, older state must not make an offline replica lead again
         replicas, isr, leader = st["replicas"], st["isr"], st["leader"]
         if leader == self.replica_id:
@@ -1252,8 +1256,8 @@ def _checked_state(st) -> dict:
     args.integer("leader", st["leader"], -1, args.INT32_MAX)
     args.integer("leader_epoch", st["leader_epoch"], 0, args.INT32_MAX)
     args.integer("partition_epoch", st["partition_epoch"], 0, args.INT32_MAX)
-    for name in ("replicas", "isr"):
-        for r in args.sequence(name, st[name], 1024):
+    for name in ("replicas", "isr", "ineligible"):
+        for r in args.sequence(name, st.get(name, ()), 1024):
             args.integer(name, r, 0, args.INT32_MAX)
     handle = st["leader_handle"]
     if handle is not None and not hasattr(handle, "fetch"):

@@ -51,6 +51,8 @@ class ReplicaState:
         self.isr: frozenset[int] = frozenset()
         self.pending_isr: frozenset[int] | None = None
         """An ISR proposed to the controller and not yet answered."""
+        self.ineligible: frozenset[int] = frozenset()
+        """Replicas the controller adds to no ISR for now (on a draining node: KIP-841)."""
         self.log_start_offset = log_start_offset
         self.log_end_offset = log_end_offset
         self.high_watermark = max(log_start_offset, min(high_watermark, log_end_offset))
@@ -68,6 +70,18 @@ class ReplicaState:
     def is_newer(self, leader_epoch: int, partition_epoch: int) -> bool:
         """Whether a partition state from the controller is newer than the one held."""
         return (leader_epoch, partition_epoch) > (self.leader_epoch, self.partition_epoch)
+
+    def set_ineligible(self, ineligible, leader_epoch: int, partition_epoch: int) -> bool:
+        """The replicas the controller would not add to the ISR, as of a state no older than the one
+        held (a drain starts and ends without a new epoch); returns whether one became eligible. A
+        leader that proposed them anyway would be answered with the same ISR at a new epoch, and
+        propose again at once: a storm of metadata records for as long as the drain lasts."""
+        if (leader_epoch, partition_epoch) < (self.leader_epoch, self.partition_epoch):
+            return False
+        ineligible = frozenset(ineligible)
+        freed = bool(self.ineligible - ineligible)
+        self.ineligible = ineligible
+        return freed
 
     def become_leader(self, leader_epoch: int, partition_epoch: int, replicas, isr) -> None:
         now = self._now()
@@ -151,7 +165,7 @@ class ReplicaState:
             lagging = now - self.caught_up_ms.get(r, now) > lag_time_max_ms
             # Joining needs a recent catch-up too: a follower that stopped fetching while nothing was
             # written still sits at the high watermark, and must not flap back in on every check.
-            if r not in isr and not lagging and end >= self.high_watermark and end >= self.epoch_start_offset \
+            if r not in isr and r not in self.ineligible and not lagging and end >= self.high_watermark and end >= self.epoch_start_offset \
                     and end >= 0:
                 isr.add(r)
             elif r in isr and lagging:

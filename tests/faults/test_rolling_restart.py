@@ -179,5 +179,12 @@ def test_a_drain_waits_for_a_paused_follower_to_catch_up_and_then_moves_leadersh
         wait_for(lambda: got.extend(r.value for rs in reader.poll(timeout_ms=500).values() for r in rs) or
                  len(got) >= 1001, timeout_s=120)
         assert got == [b"warm"] + [b"%d" % i for i in range(1000)] and acked == list(range(1, 1001))
+        # The drained node's replica follows, caught up, since the drain answered: its leader must not
+        # propose it into the ISR (each proposal came back refused at a new partition epoch, and was
+        # made again at once), until the drain ends.
+        assert admin.describe_partitions("drained")[0]["partition_epoch"] == after["partition_epoch"]
+        admin.drain_node(leader_node, cancel=True)
+        wait_for(lambda: sorted(admin.describe_partitions("drained")[0]["isr"]) == sorted(
+            r["replica_id"] for r in after["replicas"]), timeout_s=120)
         reader.close()
         producer.close()

@@ -135,6 +135,21 @@ def test_a_follower_that_stopped_fetching_at_the_high_watermark_does_not_flap_ba
     assert state.isr_to_propose(30_000) == {0, 1, 2}, "a fresh fetch at the high watermark brings it back"
 
 
+def test_a_caught_up_follower_on_a_draining_node_is_not_proposed_until_the_drain_ends():
+    """The controller would answer each such proposal with the same ISR at a new partition epoch,
+    and the leader proposed again at once: a metadata record storm for as long as the drain lasted
+    (seen after a drain, 107 epochs in half a second)."""
+    state = leader(isr=(0, 1))
+    state.on_leader_append(10)
+    state.on_follower_fetch(1, 10)
+    assert state.set_ineligible([2], 1, 0) is False
+    state.on_follower_fetch(2, 10)
+    assert state.isr_to_propose(30_000) is None
+    assert state.set_ineligible([], 1, -1) is False and state.ineligible == {2}, "an older state's view is stale"
+    assert state.set_ineligible([], 1, 0) is True, "the drain ended (same epochs): 2 may join again"
+    assert state.isr_to_propose(30_000) == {0, 1, 2}
+
+
 def test_an_isr_reply_older_than_a_state_pushed_meanwhile_is_ignored():
     """Issue 19, finding 6: the controller committed the leader's proposal (partition epoch 1) and
     then another change (epoch 2, the ISR without 2) that it pushed; the push arrived first. The
