@@ -845,10 +845,9 @@ class Controller:
         leader_handle = None
         if part["leader"] != NO_LEADER:
             leader_handle = self.handles.get(self._key(topic, p, part["leader"]))
-        draining = self.state.draining_nodes()
         return {"leader": part["leader"], "leader_epoch": part["leader_epoch"],
                 "partition_epoch": part["partition_epoch"], "replicas": replica_ids(part), "isr": part["isr"],
-                "ineligible": [r["replica_id"] for r in part["replicas"] if r["node_id"] in draining],
+                "ineligible": self.state.ineligible(part),
                 "leader_handle": leader_handle, "config": dict(topic.config), "config_version": topic.config_version}
 
     def _push(self, topic: TopicState, p: int) -> None:

@@ -209,6 +209,12 @@ class ControllerState:
         nodes = {r["replica_id"]: r["node_id"] for r in part["replicas"]}
         return lambda rid: nodes.get(rid) not in draining
 
+    def ineligible(self, part: dict) -> list[int]:
+        """The replicas of ``part`` that ``_eligible`` refuses now: leaders are told, so they do not
+        propose them into the ISR."""
+        eligible = self._eligible(part)
+        return [r for r in replica_ids(part) if not eligible(r)]
+
     def adopt_legacy_nodes(self, head_node_id: int, exists: Callable[[str], bool]) -> list[dict]:
         """Records moving the replicas of a data root written before node identity (named by Ray node
         ids, with absolute directories ``.../node-<id>/<topic id>/<topic>-<p>``) to the head node,

@@ -165,8 +165,8 @@ class ReplicaState:
             lagging = now - self.caught_up_ms.get(r, now) > lag_time_max_ms
             # Joining needs a recent catch-up too: a follower that stopped fetching while nothing was
             # written still sits at the high watermark, and must not flap back in on every check.
-            if r not in isr and r not in self.ineligible and not lagging and end >= self.high_watermark and end >= self.epoch_start_offset \
-                    and end >= 0:
+            if r not in isr and r not in self.ineligible and not lagging and end >= self.high_watermark \
+                    and end >= self.epoch_start_offset and end >= 0:
                 isr.add(r)
             elif r in isr and lagging:
                 isr.discard(r)

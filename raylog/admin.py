@@ -195,8 +195,9 @@ class AdminClient:
         """Kafka's controlled shutdown, before stopping a node: leadership moves off it and its
         replicas leave the ISRs (it takes none and joins none until it restarts). A partition whose
         only in-sync replica is there, or whose ISR it cannot leave yet, waits up to ``timeout_ms``
-        for another running replica to catch up or come back. Returns ``can_stop`` (it leads nothing), ``leaders`` and ``blocked`` (partitions
-        still led there: offline while it is down) and ``in_isr``. ``cancel`` ends a drain."""
+        for another running replica to catch up or come back. Returns ``can_stop`` (it leads
+        nothing), ``leaders`` and ``blocked`` (partitions still led there: offline while it is down)
+        and ``in_isr``. ``cancel`` ends a drain."""
         if not isinstance(node_id, int) or isinstance(node_id, bool):
             raise InvalidConfigError(f"node_id must be an int (describe_cluster lists them), got {node_id!r}")
         if not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or timeout_ms < 0:

@@ -260,6 +260,7 @@ def test_draining_a_node_moves_its_leadership_and_takes_it_out_of_the_isr():
     assert state.move_leaders_off("t", 0, 0, everyone) == ([], None), "nothing more to move"
     _, part = apply(state, state.alter_isr("t", 0, 1, 1, part["partition_epoch"], [0, 1, 2], everyone))
     assert 0 not in part["isr"], "a draining node joins no ISR"
+    assert state.ineligible(part) == [0], "what leaders are told not to propose"
 
 
 def test_a_draining_node_is_elected_only_when_no_other_in_sync_replica_lives():
