@@ -9,6 +9,7 @@ import java.util.List;
 import java.util.zip.CRC32C;
 import net.jpountz.lz4.LZ4Compressor;
 import net.jpountz.lz4.LZ4Factory;
+import org.apache.spark.unsafe.Platform;
 import org.msgpack.core.MessageBufferPacker;
 import org.msgpack.core.MessagePack;
 
@@ -16,7 +17,10 @@ import org.msgpack.core.MessagePack;
  * Records gathered for one partition and laid out as one raylog record batch (the bytes
  * raylog/storage/batch.py builds: Kafka's v2 header, the Arrow-layout payload of payload.py,
  * lz4 block with a 4-byte size prefix, CRC32C from attributes on), stamped with its sender's
- * producer id and sequence so the leader appends a resent batch once.
+ * producer id and sequence so the leader appends a resent batch once. An encoder is reused
+ * after {@link #reset()}: a sender keeps its buffers from one batch to the next rather than
+ * growing new ones to 4 MiB for each (measured, Java Flight Recorder on a 5 M-row write: the
+ * sink allocated 7 GB against parquet's 2.3 GB, 3 GB of it in buffer growth).
  */
 final class BatchEncoder {
   /** Where the batch header holds the producer epoch (int16), the base sequence (int32) after it. */
@@ -29,6 +33,9 @@ final class BatchEncoder {
   private List<List<Object[]>> headers;
   private int count;
   private long size = EMPTY_SIZE;
+  /** encode()'s uncompressed payload and its lz4 block, kept for the next batch. */
+  private byte[] plain = new byte[0];
+  private byte[] compressed = new byte[0];
 
   /**
    * encode()'s length, uncompressed, with no record yet: the batch header, the payload's size
@@ -59,7 +66,12 @@ final class BatchEncoder {
    * each name at 3 UTF-8 bytes a char at most and each value, with their own headers).
    */
   static long recordSize(byte[] key, byte[] value, List<Object[]> headerPairs) {
-    long n = 8 + 8 + 1 + 1 + (key == null ? 0 : key.length) + (value == null ? 0 : value.length);
+    return recordSize(key == null ? -1 : key.length, value == null ? -1 : value.length, headerPairs);
+  }
+
+  /** {@link #recordSize(byte[], byte[], List)} from the key's and value's lengths (-1: null). */
+  static long recordSize(int keyLength, int valueLength, List<Object[]> headerPairs) {
+    long n = 8 + 8 + 1 + 1 + Math.max(keyLength, 0) + Math.max(valueLength, 0);
     if (headerPairs != null) {
       n += 4;
       for (Object[] pair : headerPairs) {
@@ -79,6 +91,23 @@ final class BatchEncoder {
     size += recordSize(key, value, headerPairs);
     keys.add(key, count);
     values.add(value, count);
+    addRest(timestampMs, headerPairs);
+  }
+
+  /**
+   * Adds a record whose key and value are read from memory ({@code base} and {@code offset} as
+   * {@link Platform} takes them; a length of -1 is null): a row's bytes copied once, without a
+   * byte[] per field. {@code recordSize} is {@link #recordSize}'s for them.
+   */
+  void add(Object keyBase, long keyOffset, int keyLength, Object valueBase, long valueOffset, int valueLength,
+      long timestampMs, List<Object[]> headerPairs, long recordSize) {
+    size += recordSize;
+    keys.add(keyBase, keyOffset, keyLength, count);
+    values.add(valueBase, valueOffset, valueLength, count);
+    addRest(timestampMs, headerPairs);
+  }
+
+  private void addRest(long timestampMs, List<Object[]> headerPairs) {
     if (count == timestamps.length) {
       timestamps = Arrays.copyOf(timestamps, count * 2);
     }
@@ -93,6 +122,15 @@ final class BatchEncoder {
       headers.add(headerPairs);
     }
     count++;
+  }
+
+  /** Empties the encoder for the next batch, keeping its buffers. */
+  void reset() {
+    keys.reset();
+    values.reset();
+    headers = null;
+    count = 0;
+    size = EMPTY_SIZE;
   }
 
   /** The batch bytes of every record added, as {@code producerId}'s batch from {@code baseSequence}. */
@@ -126,23 +164,29 @@ final class BatchEncoder {
     for (Bytes b : buffers) {
       rawSize += pad(b.length());
     }
-    ByteBuffer raw = ByteBuffer.allocate(rawSize).order(ByteOrder.LITTLE_ENDIAN);
+    if (plain.length < rawSize) {
+      plain = new byte[rawSize];
+    }
+    ByteBuffer raw = ByteBuffer.wrap(plain, 0, rawSize).order(ByteOrder.LITTLE_ENDIAN);
     raw.putInt(header.length).put(header);
-    raw.position(pad(4 + header.length));
+    zeroPadding(raw, 0);
     for (Bytes b : buffers) {
       int start = raw.position();
       raw.put(b.array(), 0, b.length());
-      raw.position(start + pad(b.length()));
+      zeroPadding(raw, start);
     }
     byte[] payload;
     int payloadLength;
     if (lz4) {
       int bound = LZ4.maxCompressedLength(rawSize);
-      payload = new byte[4 + bound];
+      if (compressed.length < 4 + bound) {
+        compressed = new byte[4 + bound];
+      }
+      payload = compressed;
       ByteBuffer.wrap(payload).order(ByteOrder.LITTLE_ENDIAN).putInt(rawSize);
-      payloadLength = 4 + LZ4.compress(raw.array(), 0, rawSize, payload, 4, bound);
+      payloadLength = 4 + LZ4.compress(plain, 0, rawSize, payload, 4, bound);
     } else {
-      payload = raw.array();
+      payload = plain;
       payloadLength = rawSize;
     }
     byte[] out = new byte[BatchDecoder.HEADER_SIZE + payloadLength];
@@ -219,6 +263,14 @@ final class BatchEncoder {
     return (n + 7) & ~7;
   }
 
+  /** Zeros up to the next 8-byte boundary of the region begun at {@code start}, whatever an earlier
+   *  batch left in the reused buffer, and moves past them. */
+  private static void zeroPadding(ByteBuffer raw, int start) {
+    int end = start + pad(raw.position() - start);
+    Arrays.fill(raw.array(), raw.position(), end, (byte) 0);
+    raw.position(end);
+  }
+
   /** A binary column in Arrow's layout: validity bits, int32 offsets, one data blob. */
   private static final class Column {
     final Bytes offsets = new Bytes(4096);
@@ -230,16 +282,32 @@ final class BatchEncoder {
       offsets.putIntLE(0);
     }
 
+    void reset() {
+      offsets.clear();
+      offsets.putIntLE(0);
+      data.clear();
+      nulls = 0;
+    }
+
     void add(byte[] item, int index) {
+      if (item == null) {
+        add(null, 0, -1, index);
+      } else {
+        add(item, Platform.BYTE_ARRAY_OFFSET, item.length, index);
+      }
+    }
+
+    /** An item of {@code length} bytes at {@code base}/{@code offset}; -1: null. */
+    void add(Object base, long offset, int length, int index) {
       if (index == present.length) {
         present = Arrays.copyOf(present, index * 2);
       }
-      if (item == null) {
+      if (length < 0) {
         nulls++;
         present[index] = 0;
       } else {
         present[index] = 1;
-        data.put(item);
+        data.put(base, offset, length);
       }
       offsets.putIntLE(data.length());
     }
@@ -277,6 +345,16 @@ final class BatchEncoder {
       room(b.length);
       System.arraycopy(b, 0, a, n, b.length);
       n += b.length;
+    }
+
+    void put(Object base, long offset, int length) {
+      room(length);
+      Platform.copyMemory(base, offset, a, Platform.BYTE_ARRAY_OFFSET + n, length);
+      n += length;
+    }
+
+    void clear() {
+      n = 0;
     }
 
     void putIntLE(int v) {

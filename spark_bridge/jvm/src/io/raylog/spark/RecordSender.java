@@ -11,10 +11,12 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ThreadLocalRandom;
 import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
 import org.apache.spark.sql.catalyst.util.ArrayData;
 import org.apache.spark.sql.catalyst.util.MapData;
 import org.apache.spark.sql.connector.write.DataWriter;
 import org.apache.spark.sql.connector.write.WriterCommitMessage;
+import org.apache.spark.unsafe.Platform;
 
 /**
  * A Spark task's rows into raylog: gathered per partition into record batches of batch_size
@@ -44,6 +46,11 @@ final class RecordSender implements DataWriter<InternalRow> {
   private long written;
   /** What the open batches hold together (their size() bounds), kept under buffer_memory. */
   private long openBytes;
+  /** The last batch sent, emptied, for the next one to reuse its buffers (one at most, so what a
+   *  task keeps beyond its open batches is one batch's buffers, not one per partition). */
+  private BatchEncoder spare;
+  private final Field key = new Field();
+  private final Field value = new Field();
 
   RecordSender(SinkSpec spec) {
     this.spec = spec;
@@ -86,6 +93,37 @@ final class RecordSender implements DataWriter<InternalRow> {
     }
   }
 
+  /**
+   * A key or value of the row being written, where its bytes are: in the row's own memory when
+   * Spark hands an UnsafeRow (copied once, into the batch, with no byte[] per field: the byte[]s
+   * were a fifth of the sink's allocations), else in an array of its own.
+   */
+  private static final class Field {
+    Object base;
+    long offset;
+    /** -1: null. */
+    int length;
+
+    void read(InternalRow row, int ordinal, boolean string) {
+      if (ordinal < 0 || row.isNullAt(ordinal)) {
+        base = null;
+        length = -1;
+      } else if (row instanceof UnsafeRow) {
+        UnsafeRow unsafe = (UnsafeRow) row;
+        // A string or binary field's slot holds its offset in the row (high half) and its size.
+        long offsetAndSize = unsafe.getLong(ordinal);
+        base = unsafe.getBaseObject();
+        offset = unsafe.getBaseOffset() + (int) (offsetAndSize >> 32);
+        length = (int) offsetAndSize;
+      } else {
+        byte[] bytes = string ? row.getUTF8String(ordinal).getBytes() : row.getBinary(ordinal);
+        base = bytes;
+        offset = Platform.BYTE_ARRAY_OFFSET;
+        length = bytes.length;
+      }
+    }
+  }
+
   private static final class InFlight {
     final Target target;
     final int partition;
@@ -119,10 +157,8 @@ final class RecordSender implements DataWriter<InternalRow> {
       t = last != null && last.topic.equals(topic) ? last : target(topic);
     }
     last = t;
-    byte[] key = spec.key < 0 || row.isNullAt(spec.key) ? null
-        : spec.stringKey ? row.getUTF8String(spec.key).getBytes() : row.getBinary(spec.key);
-    byte[] value = row.isNullAt(spec.value) ? null
-        : spec.stringValue ? row.getUTF8String(spec.value).getBytes() : row.getBinary(spec.value);
+    key.read(row, spec.key, spec.stringKey);
+    value.read(row, spec.value, spec.stringValue);
     int partition;
     boolean stuck = false;
     if (spec.partition >= 0 && !row.isNullAt(spec.partition)) {
@@ -131,8 +167,8 @@ final class RecordSender implements DataWriter<InternalRow> {
         throw new RaylogSparkException("InvalidPartitionError", "topic '" + t.topic + "' has partitions 0.."
             + (t.count - 1) + ", not " + partition);
       }
-    } else if (key != null) {
-      partition = (Murmur2.hash(key) & 0x7fffffff) % t.count;
+    } else if (key.length >= 0) {
+      partition = (Murmur2.hash(key.base, key.offset, key.length) & 0x7fffffff) % t.count;
     } else {
       partition = t.stickyPartition();
       stuck = true;
@@ -147,7 +183,7 @@ final class RecordSender implements DataWriter<InternalRow> {
           : Math.floorDiv(row.getLong(spec.timestamp), 1000L);
     }
     List<Object[]> headers = spec.headers < 0 || row.isNullAt(spec.headers) ? null : headers(row);
-    long recordSize = BatchEncoder.recordSize(key, value, headers);
+    long recordSize = BatchEncoder.recordSize(key.length, value.length, headers);
     long alone = BatchEncoder.EMPTY_SIZE + recordSize;
     if (alone + (spec.lz4 ? BatchEncoder.lz4Growth(alone) : 0) > t.maxMessageBytes) {
       // As Kafka's producer: refused here, before it is sent; what the task sent before stays written.
@@ -176,12 +212,13 @@ final class RecordSender implements DataWriter<InternalRow> {
       }
     }
     if (batch == null) {
-      batch = new BatchEncoder();
+      batch = spare != null ? spare : new BatchEncoder();
+      spare = null;
       t.open[partition] = batch;
       openBytes += batch.size();
     }
     long before = batch.size();
-    batch.add(key, value, timestamp, headers);
+    batch.add(key.base, key.offset, key.length, value.base, value.offset, value.length, timestamp, headers, recordSize);
     openBytes += batch.size() - before;
     if (batch.size() >= t.batchLimit) {
       t.open[partition] = null;
@@ -258,14 +295,17 @@ final class RecordSender implements DataWriter<InternalRow> {
 
   private void send(Target t, int partition, BatchEncoder batch) {
     openBytes -= batch.size();
+    int records = batch.count();
     int sequence = t.sequences[partition];
-    t.sequences[partition] = sequence + batch.count();
+    t.sequences[partition] = sequence + records;
     short epoch = t.epochs[partition];
     byte[] bytes = batch.encode(spec.lz4, producerId, sequence);
+    batch.reset();
+    spare = batch;
     if (epoch != 0) {
       BatchEncoder.restamp(bytes, epoch, sequence);
     }
-    InFlight f = new InFlight(t, partition, bytes, batch.count(), System.currentTimeMillis() + spec.timeoutMs, epoch);
+    InFlight f = new InFlight(t, partition, bytes, records, System.currentTimeMillis() + spec.timeoutMs, epoch);
     while (inFlight.size() >= MAX_IN_FLIGHT) {
       complete(inFlight.poll());
     }
