@@ -88,10 +88,8 @@ final class BatchEncoder {
 
   /** Adds a record; {@code headerPairs} are [name (String), value (byte[] or null)] or null. */
   void add(byte[] key, byte[] value, long timestampMs, List<Object[]> headerPairs) {
-    size += recordSize(key, value, headerPairs);
-    keys.add(key, count);
-    values.add(value, count);
-    addRest(timestampMs, headerPairs);
+    add(key, Platform.BYTE_ARRAY_OFFSET, key == null ? -1 : key.length, value, Platform.BYTE_ARRAY_OFFSET,
+        value == null ? -1 : value.length, timestampMs, headerPairs, recordSize(key, value, headerPairs));
   }
 
   /**
@@ -104,10 +102,6 @@ final class BatchEncoder {
     size += recordSize;
     keys.add(keyBase, keyOffset, keyLength, count);
     values.add(valueBase, valueOffset, valueLength, count);
-    addRest(timestampMs, headerPairs);
-  }
-
-  private void addRest(long timestampMs, List<Object[]> headerPairs) {
     if (count == timestamps.length) {
       timestamps = Arrays.copyOf(timestamps, count * 2);
     }
@@ -287,14 +281,6 @@ final class BatchEncoder {
       offsets.putIntLE(0);
       data.clear();
       nulls = 0;
-    }
-
-    void add(byte[] item, int index) {
-      if (item == null) {
-        add(null, 0, -1, index);
-      } else {
-        add(item, Platform.BYTE_ARRAY_OFFSET, item.length, index);
-      }
     }
 
     /** An item of {@code length} bytes at {@code base}/{@code offset}; -1: null. */
