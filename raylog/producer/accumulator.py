@@ -13,7 +13,12 @@ its own), so records keep their send order within each partition.
 
 Memory: every record's bytes are reserved against buffer_memory when it is
 appended and released when its batch completes; send() blocks up to
-max_block_ms while the buffer is full.
+max_block_ms while the buffer is full. An open stage also holds up to
+batch_size bytes of *credit* reserved ahead from what is free, which send()'s
+fast path spends without touching the shared count (its three additions of
+large ints were a fifth of the append: issue 33); the credit goes back when
+the stage closes, and at once whenever a record would otherwise wait for room,
+so credit never makes a send() block.
 
 Thread-safe: user threads append under one lock (one acquisition per
 record); the sender thread takes closed stages and closes lingering ones.
@@ -50,7 +55,7 @@ class Stage:
     """Records of one topic in send order, not yet cut into partition batches."""
 
     __slots__ = ("topic", "info", "keys", "values", "timestamps", "partitions", "headers", "nbytes",
-                 "created", "result", "close_at", "keyed", "plain", "closed")
+                 "created", "result", "close_at", "keyed", "plain", "closed", "clock_ns", "reserved")
 
     def __init__(self, topic: str, info: TopicInfo, config: ProducerConfig, runner: CallbackRunner):
         self.topic = topic
@@ -62,6 +67,8 @@ class Stage:
         """Explicit partition per record (-1: the partitioner decides); None while no record has one."""
         self.headers: list | None = None
         self.nbytes = 0
+        self.reserved = 0
+        """Bytes of buffer_memory this stage holds: its records' (nbytes) and, while open, its credit."""
         self.created = time.monotonic()
         self.result = ProduceResult(topic, self.timestamps, runner)
         self.close_at = min(config.batch_size * min(info.num_partitions, MAX_STAGE_SPREAD),
@@ -71,8 +78,19 @@ class Stage:
         self.keyed = True
         """False only when the caller knows no record has a key (a send_batch without keys)."""
         self.plain = True
-        """No record so far has headers or an explicit partition (send()'s fast path applies)."""
+        """No record so far has headers, an explicit partition or an explicit timestamp (send()'s
+        fast path applies)."""
         self.closed = False
+        self.clock_ns = False
+        """``timestamps`` are time.time_ns() readings, cut to milliseconds with the stage: send()'s
+        records, whose per-record division was as costly as reading the clock (issue 33)."""
+
+    def to_millis(self) -> None:
+        """A record with its own timestamp (in ms) joins a stage of clock readings."""
+        if self.clock_ns:
+            self.timestamps[:] = [t // 1_000_000 for t in self.timestamps]
+            self.clock_ns = False
+            self.plain = False
 
     def __len__(self) -> int:
         return len(self.values)
@@ -93,7 +111,10 @@ class RecordAccumulator:
         self._closed_stages: deque[Stage] = deque()
         self._outstanding: deque[ProduceResult] = deque()
         self._buffered = 0
+        """Bytes reserved: records not yet completed, and the open stages' credit."""
         self._buffer_memory = config.buffer_memory
+        self._credit = min(config.batch_size, config.buffer_memory)
+        """Most credit a stage takes at once."""
         self.wakeup = threading.Event()
         """Set whenever the sender has something new to do (a closed stage, a flush, close)."""
         self.closed = False
@@ -103,9 +124,9 @@ class RecordAccumulator:
     def _reserve(self, nbytes: int) -> None:
         """Block while the buffer is full, up to max_block_ms; caller holds the lock. A request
         larger than the whole buffer goes through once the buffer is empty."""
-        if self._buffered + nbytes > self.config.buffer_memory and self._buffered > 0:
+        if self._buffered + nbytes > self._buffer_memory and self._buffered > 0:
             deadline = time.monotonic() + self.config.max_block_ms / 1000
-            while self._buffered + nbytes > self.config.buffer_memory and self._buffered > 0:
+            while self._reclaim() + nbytes > self._buffer_memory and self._buffered > 0:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise KafkaTimeoutError(
@@ -113,6 +134,25 @@ class RecordAccumulator:
                         f"({self.config.max_block_ms} ms); nothing was queued")
                 self._space.wait(remaining)
         self._buffered += nbytes
+
+    def _reclaim(self) -> int:
+        """Take back every open stage's credit; returns the bytes then reserved. Caller holds the lock."""
+        for stage in self._open.values():
+            self._return_credit(stage)
+        return self._buffered
+
+    def _return_credit(self, stage: Stage) -> None:
+        if stage.reserved > stage.nbytes:
+            self._buffered -= stage.reserved - stage.nbytes
+            stage.reserved = stage.nbytes
+            self._space.notify_all()  # a waiting send() may fit now
+
+    def _grant(self, stage: Stage, size: int) -> None:
+        """``size`` bytes, already reserved, join ``stage``, with what is free up to the credit.
+        Caller holds the lock."""
+        extra = max(0, min(self._credit, self._buffer_memory - self._buffered))
+        self._buffered += extra
+        stage.reserved += size + extra
 
     def release(self, nbytes: int) -> None:
         """A batch completed: its bytes leave the buffer."""
@@ -124,7 +164,10 @@ class RecordAccumulator:
         return self._metadata.topic(topic, self._metadata_max_age_s, self._create_topic)
 
     def available_bytes(self) -> int:
-        return max(0, self._buffer_memory - self._buffered)
+        """buffer_memory not taken by records (the open stages' credit counts as available)."""
+        with self._lock:
+            credit = sum(stage.reserved - stage.nbytes for stage in self._open.values())
+            return max(0, self._buffer_memory - self._buffered + credit)
 
     def _track(self, result: ProduceResult) -> None:
         """Remember a result until it completes, for flush(); forget the completed ones at the head, so
@@ -140,37 +183,43 @@ class RecordAccumulator:
     def _new_stage(self, topic: str, info: TopicInfo) -> Stage:
         """Caller holds the lock."""
         stage = self._open[topic] = Stage(topic, info, self.config, self._runner)
+        stage.clock_ns = True
         self._track(stage.result)
         self.wakeup.set()  # the sender sleeps until it knows of a stage to linger on
         return stage
 
-    def append(self, topic: str, key, value, timestamp: int, size: int) -> FutureRecordMetadata:
-        """Add one record without headers or an explicit partition (the common send()) and return
-        its future. The per-record hot path: one lock acquisition, three list appends, one tuple."""
+    def append(self, topic: str, key, value, now_ns: int, size: int) -> FutureRecordMetadata:
+        """Add one record without headers, an explicit partition or timestamp (the common send()),
+        stamped ``now_ns`` (time.time_ns()), and return its future. The per-record hot path: one
+        lock acquisition, three list appends, one tuple."""
         lock = self._lock
         lock.acquire()
         try:
             stage = self._open.get(topic)
-            if stage is None or not stage.plain or self._buffered + size > self._buffer_memory:
+            if stage is None or not stage.plain:
                 stage = None
             else:
-                i = len(stage.values)
-                stage.keys.append(key)
-                stage.values.append(value)
-                stage.timestamps.append(timestamp)
-                self._buffered += size
-                stage.nbytes += size
-                if stage.nbytes >= stage.close_at:
-                    self._close(stage)
+                nbytes = stage.nbytes + size
+                if nbytes > stage.reserved:
+                    stage = None  # out of credit
+                else:
+                    i = len(stage.values)
+                    stage.keys.append(key)
+                    stage.values.append(value)
+                    stage.timestamps.append(now_ns)
+                    stage.nbytes = nbytes
+                    if nbytes >= stage.close_at:
+                        self._close(stage)
         finally:
             lock.release()
         if stage is None:
-            return self.append_record(topic, key, value, timestamp, None, None, size)
+            return self.append_record(topic, key, value, None, None, None, size, now_ns)
         return _new_tuple(FutureRecordMetadata, (stage.result, i))
 
-    def append_record(self, topic: str, key, value, timestamp: int, headers, partition,
-                      size: int) -> FutureRecordMetadata:
-        """Add one record, with headers or an explicit partition, and return its future."""
+    def append_record(self, topic: str, key, value, timestamp_ms: int | None, headers, partition,
+                      size: int, now_ns: int) -> FutureRecordMetadata:
+        """Add one record, with headers, an explicit partition or timestamp (None: ``now_ns``, the
+        clock when send() was called), and return its future."""
         stage = self._open.get(topic)
         info = stage.info if stage is not None else self.topic_info(topic)
         with self._lock:
@@ -179,10 +228,13 @@ class RecordAccumulator:
             if partition is not None and not 0 <= partition < info.num_partitions:
                 raise InvalidPartitionError(
                     f"topic {topic!r} has partitions 0..{info.num_partitions - 1}, not {partition!r}")
-            self._reserve(size)
             stage = self._open.get(topic)
-            if stage is None:
-                stage = self._new_stage(topic, info)
+            if stage is None or stage.nbytes + size > stage.reserved:
+                self._reserve(size)
+                stage = self._open.get(topic)  # _reserve may have waited
+                if stage is None:
+                    stage = self._new_stage(topic, info)
+                self._grant(stage, size)
             i = len(stage.values)
             if partition is not None or headers is not None:
                 stage.plain = False
@@ -198,9 +250,12 @@ class RecordAccumulator:
                 stage.headers.append(headers)
             elif stage.headers is not None:
                 stage.headers.append(None)
+            if timestamp_ms is not None:
+                stage.to_millis()
             stage.keys.append(key)
             stage.values.append(value)
-            stage.timestamps.append(timestamp)
+            stage.timestamps.append(timestamp_ms if timestamp_ms is not None
+                                    else now_ns if stage.clock_ns else now_ns // 1_000_000)
             stage.nbytes += size
             if stage.nbytes >= stage.close_at:
                 self._close(stage)
@@ -213,6 +268,7 @@ class RecordAccumulator:
         stage = Stage(topic, info, self.config, self._runner)
         stage.keys, stage.values, stage.timestamps = keys, values, timestamps
         stage.headers, stage.partitions, stage.nbytes, stage.keyed = headers, partitions, size, keyed
+        stage.reserved = size
         stage.result = ProduceResult(topic, timestamps, self._runner)
         with self._lock:
             if self.closed:
@@ -229,6 +285,7 @@ class RecordAccumulator:
         """Hand a stage to the sender. Caller holds the lock."""
         if self._open.get(stage.topic) is stage:
             del self._open[stage.topic]
+        self._return_credit(stage)
         stage.closed = True
         self._closed_stages.append(stage)
         self.wakeup.set()

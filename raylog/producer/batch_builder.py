@@ -121,22 +121,24 @@ class ListBinary:
 
     def __init__(self, items: list):
         self.items = items
-        self.nulls = items.count(None)
         self._lengths = None
+        try:
+            # With no None among the items (the common case) this one pass is all: counting None
+            # compares every item with it, 40% of the cost of the lengths again (issue 33).
+            self._lengths = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
+            self.nulls = 0
+        except TypeError:
+            self.nulls = items.count(None)
 
     def __len__(self) -> int:
         return len(self.items)
 
     def lengths(self) -> np.ndarray:
         """Byte length of each entry (0 for None), computed once."""
-        if self._lengths is None:
+        if self._lengths is None:  # some entries are None
             items, n = self.items, len(self.items)
-            if self.nulls == n:
-                self._lengths = np.zeros(n, dtype=np.int64)
-            elif self.nulls:
-                self._lengths = np.fromiter((0 if x is None else len(x) for x in items), dtype=np.int64, count=n)
-            else:
-                self._lengths = np.fromiter(map(len, items), dtype=np.int64, count=n)
+            self._lengths = (np.zeros(n, dtype=np.int64) if self.nulls == n else
+                             np.fromiter((0 if x is None else len(x) for x in items), dtype=np.int64, count=n))
         return self._lengths
 
     def present(self) -> np.ndarray:
@@ -189,8 +191,13 @@ class BatchBuilder:
         limit = self.hard_limit(stage)
         budget = max(1, (limit - BATCH_OVERHEAD_BYTES) * 255 // 256 - 64)
         target = min(self.config.batch_size, budget)
-        timestamps = (np.full(n, stage.timestamps, dtype=np.int64) if isinstance(stage.timestamps, int)
-                      else np.fromiter(stage.timestamps, dtype=np.int64, count=n))
+        if isinstance(stage.timestamps, int):
+            timestamps = np.full(n, stage.timestamps, dtype=np.int64)
+        else:
+            timestamps = np.fromiter(stage.timestamps, dtype=np.int64, count=n)
+            if stage.clock_ns:
+                timestamps //= 1_000_000
+                stage.result.timestamps = timestamps
         columns = _Columns(stage, keys, values, value_lengths, 0 if value_nulls == 0 else None,
                            key_lengths, n if key_nulls == n else (0 if key_nulls == 0 else None), timestamps)
         batches: list[ProducerBatch] = []

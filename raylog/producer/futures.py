@@ -54,7 +54,7 @@ class ProduceResult:
         self.partitions: list[int] | None = None
         """Each record's partition, set when the run is cut into partition batches."""
         self.timestamps = timestamps
-        """The records' timestamps: a list, or one int shared by all."""
+        """The records' timestamps in ms: a list or an array, or one int shared by all."""
         self.offsets: np.ndarray | None = None
         self.append_times: np.ndarray | None = None
         """Broker timestamps of records in LogAppendTime topics (else None)."""
@@ -150,6 +150,8 @@ class ProduceResult:
             stamps = _int64s(np.where(self.append_times >= 0, self.append_times, np.asarray(stamps, dtype=np.int64)))
         elif isinstance(stamps, int):
             stamps = array("q", [stamps]) * n
+        elif isinstance(stamps, np.ndarray):
+            stamps = _int64s(stamps)
         parts = self.partitions
         tps = {p: TopicPartition(topic, p) for p in set(parts)}
         ks, vs, hs = (array("q", [-1]) * n,) * 3 if self.sizes is None else (_int64s(a) for a in self.sizes)

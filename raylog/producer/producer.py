@@ -157,7 +157,7 @@ class Producer:
         if value is not None:
             size += len(value)
         if headers is None and partition is None and timestamp_ms is None and size <= self._max_request_size:
-            return self._append(topic, key, value, _time_ns() // 1_000_000, size)
+            return self._append(topic, key, value, _time_ns(), size)
         if self._closed:
             raise IllegalStateError("cannot send: the producer is closed")
         if headers:
@@ -168,13 +168,11 @@ class Producer:
         if size > self._max_request_size:
             raise RecordTooLargeError(
                 f"record of {size} bytes is larger than max_request_size ({self._max_request_size} bytes)")
-        if timestamp_ms is None:
-            timestamp_ms = _time_ns() // 1_000_000
-        else:
+        if timestamp_ms is not None:
             timestamp_ms = _check_timestamp(timestamp_ms)
         if partition is not None and (type(partition) is not int or partition < 0):
             raise InvalidPartitionError(f"partition must be a non-negative int, got {partition!r}")
-        return self._acc.append_record(topic, key, value, timestamp_ms, headers, partition, size)
+        return self._acc.append_record(topic, key, value, timestamp_ms, headers, partition, size, _time_ns())
 
     def _partition_of(self, topic: str, key, serialized_key, value, serialized_value) -> int:
         """The configured partitioner's choice, called as kafka-python calls it."""

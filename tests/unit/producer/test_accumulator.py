@@ -76,3 +76,37 @@ def test_a_closed_accumulator_refuses_records():
     acc.close()
     with pytest.raises(IllegalStateError):
         acc.append("t", None, b"v", 0, 17)
+
+
+def test_a_stages_credit_never_makes_a_send_wait_and_the_records_alone_fill_the_buffer():
+    """An open stage reserves up to batch_size ahead for send()'s fast path; another topic's records
+    take that credit back rather than wait, and only the records' own bytes count as used."""
+    acc = accumulator(buffer_memory=10_000, batch_size=4_096, max_block_ms=1, linger_ms=60_000)
+    acc.append("a", None, b"x" * 84, time.time_ns(), 100)
+    assert acc.available_bytes() == 9_900, "credit is not counted as used"
+    for _ in range(9):
+        acc.append("b", None, b"y" * 984, time.time_ns(), 1_000)  # none of these may wait
+    acc.append("a", None, b"x" * 84, time.time_ns(), 100)
+    assert acc.available_bytes() == 10_000 - 9_200
+    with pytest.raises(KafkaTimeoutError):
+        acc.append("b", None, b"z" * 884, time.time_ns(), 900)
+    acc.append("a", None, b"x" * 784, time.time_ns(), 800)
+    assert acc.available_bytes() == 0
+    queued = list(acc._open.values()) + acc.take_closed()
+    assert sorted(len(s) for s in queued if s.topic == "a") == [3]
+    assert sum(len(s) for s in queued if s.topic == "b") == 9, "the refused record was not queued"
+
+
+def test_closed_stages_hold_exactly_their_records_bytes_until_their_batches_complete():
+    acc = accumulator(buffer_memory=1 << 20, batch_size=64 << 10, linger_ms=60_000)
+    for i in range(1_000):
+        acc.append("t%d" % (i % 3), None, b"v" * 100, time.time_ns(), 116)
+    with acc._lock:
+        for stage in list(acc._open.values()):
+            acc._close(stage)
+    stages = acc.take_closed()
+    assert sum(s.nbytes for s in stages) == 116_000 and all(s.reserved == s.nbytes for s in stages)
+    assert acc.available_bytes() == (1 << 20) - 116_000
+    for stage in stages:
+        acc.release(stage.nbytes)
+    assert acc.available_bytes() == 1 << 20 and acc._buffered == 0

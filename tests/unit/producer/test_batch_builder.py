@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import random
+import time
 
 import numpy as np
 import pytest
 
-from raylog.producer.accumulator import Stage
-from raylog.producer.batch_builder import BatchBuilder
+from raylog.producer.accumulator import RecordAccumulator, Stage
+from raylog.producer.batch_builder import BatchBuilder, ListBinary
 from raylog.config import ProducerConfig
 from raylog.errors import RecordTooLargeError
 from raylog.producer.futures import CallbackRunner
 from raylog.metadata import TopicInfo
 from raylog.producer.partitioner import partition_for_key
 from raylog.storage import batch as rb
+from tests.unit.producer.test_accumulator import StaticTopics
 
 
 def stage_of(values, keys=None, partitions=6, max_message_bytes=8 << 20, config=None, headers=None):
@@ -107,3 +109,50 @@ def test_headers_travel_with_their_records():
             assert [tuple(h) for h in hs] == (headers[i] or [])
     assert np.array_equal(np.sort(np.concatenate([b.indices for b in BatchBuilder(ProducerConfig(), 7).cut(
         stage_of([b"v"] * 5))])), np.arange(5))
+
+
+def test_send_stamps_records_in_milliseconds_whether_clock_read_or_given():
+    """send() appends raw time.time_ns() readings, cut to ms with the stage; a record given its own
+    timestamp turns the stage's readings into ms, and the records after it are stamped in ms too."""
+    acc = RecordAccumulator(ProducerConfig(), StaticTopics(1), CallbackRunner())
+    before = time.time_ns() // 1_000_000
+    futures = [acc.append("t", None, b"clock", time.time_ns(), 21),
+               acc.append_record("t", None, b"given", 1_600_000_000_123, None, None, 21, time.time_ns()),
+               acc.append("t", None, b"clock again", time.time_ns(), 27),
+               acc.append_record("t", None, b"headers", None, [("h", b"1")], None, 40, time.time_ns())]
+    after = time.time_ns() // 1_000_000
+    with acc._lock:
+        (stage,) = acc._open.values()
+    (batch,) = BatchBuilder(ProducerConfig(), 7).cut(stage)
+    decoded = rb.RecordBatch(bytes(batch.records))
+    stamps = decoded.timestamps(decoded.columns()).tolist()
+    assert stamps[1] == 1_600_000_000_123
+    assert all(before <= s <= after for i, s in enumerate(stamps) if i != 1), stamps
+    stage.result.complete_batch(batch.indices, 0)
+    assert [f.get(timeout=0).timestamp for f in futures] == stamps
+    assert all(type(f.get(timeout=0).timestamp) is int for f in futures)
+
+
+def test_a_stage_of_clock_readings_is_cut_to_milliseconds():
+    acc = RecordAccumulator(ProducerConfig(), StaticTopics(2), CallbackRunner())
+    now_ns = 1_700_000_000_123_456_789
+    futures = [acc.append("t", None, b"v%d" % i, now_ns + i * 1_000_000, 18) for i in range(5)]
+    with acc._lock:
+        (stage,) = acc._open.values()
+    (batch,) = BatchBuilder(ProducerConfig(), 7).cut(stage)
+    decoded = rb.RecordBatch(bytes(batch.records))
+    assert decoded.timestamps(decoded.columns()).tolist() == [1_700_000_000_123 + i for i in range(5)]
+    stage.result.complete_batch(batch.indices, 0)
+    assert [f.get(timeout=0).timestamp for f in futures] == [1_700_000_000_123 + i for i in range(5)]
+
+
+@pytest.mark.parametrize("items, nulls, lengths", [
+    ([b"ab", b"", b"c"], 0, [2, 0, 1]),
+    ([b"ab", None, b"c"], 1, [2, 0, 1]),
+    ([None, b"ab"], 1, [0, 2]),
+    ([None, None], 2, [0, 0]),
+])
+def test_a_list_of_keys_or_values_counts_its_nulls_and_lengths(items, nulls, lengths):
+    column = ListBinary(items)
+    assert (column.nulls, column.lengths().tolist()) == (nulls, lengths)
+    assert column.present().tolist() == [x is not None for x in items]
