@@ -92,7 +92,8 @@ def test_a_stages_credit_never_makes_a_send_wait_and_the_records_alone_fill_the_
         acc.append("b", None, b"z" * 884, time.time_ns(), 900)
     acc.append("a", None, b"x" * 784, time.time_ns(), 800)
     assert acc.available_bytes() == 0
-    queued = list(acc._open.values()) + acc.take_closed()
+    acc.close()
+    queued = acc.take_closed()
     assert sorted(len(s) for s in queued if s.topic == "a") == [3]
     assert sum(len(s) for s in queued if s.topic == "b") == 9, "the refused record was not queued"
 
@@ -101,9 +102,7 @@ def test_closed_stages_hold_exactly_their_records_bytes_until_their_batches_comp
     acc = accumulator(buffer_memory=1 << 20, batch_size=64 << 10, linger_ms=60_000)
     for i in range(1_000):
         acc.append("t%d" % (i % 3), None, b"v" * 100, time.time_ns(), 116)
-    with acc._lock:
-        for stage in list(acc._open.values()):
-            acc._close(stage)
+    acc.close()
     stages = acc.take_closed()
     assert sum(s.nbytes for s in stages) == 116_000 and all(s.reserved == s.nbytes for s in stages)
     assert acc.available_bytes() == (1 << 20) - 116_000

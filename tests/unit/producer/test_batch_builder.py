@@ -121,8 +121,8 @@ def test_send_stamps_records_in_milliseconds_whether_clock_read_or_given():
                acc.append("t", None, b"clock again", time.time_ns(), 27),
                acc.append_record("t", None, b"headers", None, [("h", b"1")], None, 40, time.time_ns())]
     after = time.time_ns() // 1_000_000
-    with acc._lock:
-        (stage,) = acc._open.values()
+    acc.close()
+    (stage,) = acc.take_closed()
     (batch,) = BatchBuilder(ProducerConfig(), 7).cut(stage)
     decoded = rb.RecordBatch(bytes(batch.records))
     stamps = decoded.timestamps(decoded.columns()).tolist()
@@ -137,8 +137,8 @@ def test_a_stage_of_clock_readings_is_cut_to_milliseconds():
     acc = RecordAccumulator(ProducerConfig(), StaticTopics(2), CallbackRunner())
     now_ns = 1_700_000_000_123_456_789
     futures = [acc.append("t", None, b"v%d" % i, now_ns + i * 1_000_000, 18) for i in range(5)]
-    with acc._lock:
-        (stage,) = acc._open.values()
+    acc.close()
+    (stage,) = acc.take_closed()
     (batch,) = BatchBuilder(ProducerConfig(), 7).cut(stage)
     decoded = rb.RecordBatch(bytes(batch.records))
     assert decoded.timestamps(decoded.columns()).tolist() == [1_700_000_000_123 + i for i in range(5)]
