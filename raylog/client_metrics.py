@@ -1,13 +1,16 @@
 """metrics() of the producer and the consumer: kafka-python's metric names and groups.
 
 Counters are bumped once per batch sent or fetch completed (never per record), by the one
-thread that owns them (the sender, the polling thread); metrics() reads them from any thread.
+thread that owns them (the sender, the polling thread); metrics() reads them from any thread, so
+each sensor's window is behind its own lock (a reader summing the deque while the owner appends to
+it got "deque mutated during iteration"; one uncontended lock per batch costs nothing measurable).
 Rates are over a sliding window of ``WINDOW_S`` seconds, as kafka-python's (two samples of
 30 s each): a rate says what the client does now, not its average since it started.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import deque
 
@@ -17,7 +20,7 @@ WINDOW_S = 30.0
 class Sensor:
     """A measured quantity: a total, a windowed rate, and the average and maximum per event."""
 
-    __slots__ = ("total", "events", "maximum", "_samples")
+    __slots__ = ("total", "events", "maximum", "_samples", "_lock")
 
     def __init__(self) -> None:
         self.total = 0.0
@@ -25,35 +28,41 @@ class Sensor:
         self.maximum = float("nan")
         self._samples: deque = deque()
         """(monotonic time, value) per event within the window."""
+        self._lock = threading.Lock()
 
     def record(self, value: float = 1.0, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
-        self.total += value
-        self.events += 1
-        if not value <= self.maximum:  # also replaces the initial NaN
-            self.maximum = value
-        self._samples.append((now, value))
-        self._trim(now)
+        with self._lock:
+            self.total += value
+            self.events += 1
+            if not value <= self.maximum:  # also replaces the initial NaN
+                self.maximum = value
+            self._samples.append((now, value))
+            self._trim(now)
 
     def _trim(self, now: float) -> None:
+        """Caller holds the lock."""
         samples = self._samples
         while samples and samples[0][0] < now - WINDOW_S:
             samples.popleft()
 
     def rate(self, now: float, started: float) -> float:
         """Sum per second over the window (or since ``started``, if younger than the window)."""
-        self._trim(now)
         span = min(WINDOW_S, max(now - started, 1e-3))
-        return sum(v for _, v in self._samples) / span
+        with self._lock:
+            self._trim(now)
+            return sum(v for _, v in self._samples) / span
 
     def event_rate(self, now: float, started: float) -> float:
         """Events per second over the window."""
-        self._trim(now)
-        return len(self._samples) / min(WINDOW_S, max(now - started, 1e-3))
+        with self._lock:
+            self._trim(now)
+            return len(self._samples) / min(WINDOW_S, max(now - started, 1e-3))
 
     def avg(self) -> float:
-        samples = self._samples
-        return sum(v for _, v in samples) / len(samples) if samples else float("nan")
+        with self._lock:
+            samples = self._samples
+            return sum(v for _, v in samples) / len(samples) if samples else float("nan")
 
 
 class ProducerMetrics:

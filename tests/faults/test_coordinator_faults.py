@@ -32,6 +32,7 @@ from raylog.ray_calls import with_retries
 from raylog.records import OffsetAndMetadata, TopicPartition
 from tests.integration.conftest import wait_for
 from tests.support.cluster import simulated_cluster
+from tests.support.processes import pause
 from tests.support.topics import consume_all, create_in_background
 
 pytestmark = [pytest.mark.ray, pytest.mark.cluster, pytest.mark.slow]
@@ -104,7 +105,7 @@ def test_a_commit_acknowledged_after_a_timed_out_write_is_the_one_a_restarted_co
     paused = [r["pid"] for r in offsets_replicas(sim, group) if r.get("role") == "follower"]
     assert len(paused) == 2
     for pid in paused:
-        os.kill(pid, signal.SIGSTOP)
+        pause(pid)
     try:
         with pytest.raises(RaylogError) as timed_out:
             commit(consumer, sim, 5)  # appended by the leader, never replicated while they sleep
@@ -182,7 +183,7 @@ def test_a_commit_while_the_offsets_leader_is_paused_is_written_to_the_next_lead
             outcome.append(exc)
         done.set()
 
-    os.kill(leader["pid"], signal.SIGSTOP)
+    pause(leader["pid"])
     try:
         threading.Thread(target=commit_in_thread, daemon=True).start()
         done.wait(300)
@@ -209,7 +210,7 @@ def test_a_restarted_coordinator_replays_every_acknowledged_commit_after_an_offs
     followers = [r for r in offsets_replicas(sim, group) if r.get("role") == "follower"]
     # The followers have the last commit, but learn the high watermark that covers it only from
     # their next (parked) fetch: stop one, kill the leader and the coordinator now.
-    os.kill(followers[1]["pid"], signal.SIGSTOP)
+    pause(followers[1]["pid"])
     os.kill(leader["pid"], signal.SIGKILL)
     try:
         restart_coordinator(group)
@@ -227,7 +228,7 @@ def test_a_paused_coordinator_is_replaced_and_commits_work_again_while_it_sleeps
     with_retries(lambda: commit(consumer, sim, 7), 60)
     actor = coordinator(group)
     pid = ray.get(actor.ping.remote())
-    os.kill(pid, signal.SIGSTOP)
+    pause(pid)
     try:
         # The bound only catches a hang: the commit is answered while the old coordinator sleeps.
         with_retries(lambda: commit(consumer, sim, 8), timeout_s=120)
@@ -258,7 +259,7 @@ def test_a_creation_waits_out_nodes_that_cannot_start_its_replicas_yet_and_watch
     assert len(raylets) == 3
     progress = sim.cluster.controller.creation_progress
     for pid in raylets:
-        os.kill(pid, signal.SIGSTOP)
+        pause(pid)
     try:
         thread, created = create_in_background(admin, topic, 1, replication_factor=3, min_insync_replicas=2)
         # The topic recorded and its three replicas asked for: none can start while the raylets sleep.

@@ -31,6 +31,7 @@ from tests.integration.conftest import wait_for
 from tests.support.cluster import simulated_cluster
 from tests.support.event_log import logged
 from tests.support.history import History, value_of
+from tests.support.processes import pause
 from tests.support.workload import read_everything
 
 pytestmark = [pytest.mark.ray, pytest.mark.cluster, pytest.mark.slow]
@@ -74,7 +75,7 @@ def test_a_paused_leader_holds_up_only_its_own_partition_and_its_sends_fail_in_t
                 futures[p].append(producer.send_batch("two", payload, partition=p))
             time.sleep(0.05)
 
-    os.kill(paused, signal.SIGSTOP)
+    pause(paused)
     sender = threading.Thread(target=send, daemon=True)
     try:
         sender.start()
@@ -120,7 +121,7 @@ def test_a_consumer_on_a_paused_leaders_node_reads_its_other_partitions_without_
                        for v in chunk.value_list())
         done.set()
 
-    os.kill(paused, signal.SIGSTOP)
+    pause(paused)
     try:
         threading.Thread(target=poll, daemon=True).start()
         assert done.wait(120), f"partition 1 read {len(got)} of 100 records while partition 0's leader was paused"
@@ -221,7 +222,7 @@ def test_a_paused_leaders_partition_acknowledges_and_delivers_again_once_it_is_f
         assert paths["local"]["sent_locally"] > 0 and paths["local"]["read_locally"] > 0, paths
         assert paths["remote"]["sent_locally"] == 0 and paths["remote"]["read_locally"] == 0, paths
         paused_at = time.monotonic()
-        os.kill(leader["pid"], signal.SIGSTOP)
+        pause(leader["pid"])
         try:
             wait_for(lambda: admin.describe_partitions("failover")[0]["leader"] != leader["leader"], timeout_s=120)
             wait_for(lambda: all(resumed_after(report, kind, paused_at) is not None
@@ -331,7 +332,7 @@ def test_a_rotted_leader_refused_a_hand_over_asks_again_once_an_in_sync_replica_
         consumer = sim.cluster.consumer(auto_offset_reset="earliest", local_reads=False)
         consumer.assign([TopicPartition("rot", 0)])
         got: list[bytes] = []
-        os.kill(other["pid"], signal.SIGSTOP)
+        pause(other["pid"])
         try:
             wait_for(lambda: admin.describe_partitions("rot")[0]["isr"] == [victim["replica_id"]], timeout_s=120)
             read_until(consumer, got, lambda: logged("corrupt_batch_kept", topic="rot", offset="500"),

@@ -25,6 +25,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from tests.integration.conftest import wait_for
 from tests.support.cluster import simulated_cluster
+from tests.support.processes import pause
 from tests.support.workload import Workload, read_everything
 
 pytestmark = [pytest.mark.ray, pytest.mark.cluster, pytest.mark.slow]
@@ -94,7 +95,7 @@ def test_a_node_stalled_for_seconds_stays_in_the_cluster_and_a_killed_one_is_dec
         raylet = worker.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process
         on_worker = where.options(scheduling_strategy=NodeAffinitySchedulingStrategy(worker.node_id, soft=False))
         assert ray.get(on_worker.remote(), timeout=120) == worker.node_id
-        os.kill(raylet.pid, signal.SIGSTOP)
+        pause(raylet.pid)
         try:
             time.sleep(5)  # the stall itself, not a wait for an outcome
         finally:

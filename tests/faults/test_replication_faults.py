@@ -40,6 +40,7 @@ from raylog.storage import batch as record_batch
 from tests.integration.conftest import wait_for
 from tests.support.cluster import simulated_cluster
 from tests.support.disks import fill
+from tests.support.processes import pause
 from tests.support.topics import consume_all
 
 pytestmark = [pytest.mark.ray, pytest.mark.cluster, pytest.mark.slow]
@@ -92,7 +93,7 @@ def test_a_new_leader_never_reports_a_high_watermark_below_what_the_old_leader_a
     # once elected, cannot advance its high watermark) and kill the leader now. Both followers in
     # the ISR first: one starved out of it could not be elected.
     wait_for(lambda: len(partition(sim, topic)["isr"]) == 3, timeout_s=120)
-    os.kill(others[1]["pid"], signal.SIGSTOP)
+    pause(others[1]["pid"])
     os.kill(old["pid"], signal.SIGKILL)
     seen = []
     try:
@@ -189,7 +190,7 @@ def test_a_replica_the_restarted_controller_could_not_reach_is_watched_again_onc
     follower = next(r for r in replicas(sim, topic).values() if r["role"] == "follower")
     controller = ray.get_actor(CONTROLLER_ACTOR_NAME, namespace="raylog")
     controller_pid = ray.get(controller.ping.remote())
-    os.kill(follower["pid"], signal.SIGSTOP)
+    pause(follower["pid"])
     try:
         os.kill(controller_pid, signal.SIGKILL)
         wait_for(lambda: ray.get(controller.ping.remote(), timeout=5) != controller_pid, timeout_s=120)
@@ -220,7 +221,7 @@ def test_a_paused_leader_is_replaced_while_it_sleeps_and_acknowledges_nothing_wh
     producer.send_batch(topic, [b"%d" % i for i in range(10)]).wait(timeout=30)
     old = next(r for r in replicas(sim, topic).values() if r["role"] == "leader")
     old_handle = handles(sim, topic)[old["replica_id"]]
-    os.kill(old["pid"], signal.SIGSTOP)
+    pause(old["pid"])
     try:
         # The bound only catches a hang: the new leader is elected while the old one sleeps (the
         # SIGCONT comes after), which is what the test shows, however long a loaded machine takes.
@@ -249,7 +250,7 @@ def test_a_paused_controller_is_replaced_by_a_new_one_that_takes_over_from_the_m
     topic = new_topic(sim)
     controller = ray.get_actor(CONTROLLER_ACTOR_NAME, namespace="raylog")
     pid = ray.get(controller.ping.remote())
-    os.kill(pid, signal.SIGSTOP)
+    pause(pid)
     try:
         # The bound only catches a hang: the controller is replaced while it stays stopped.
         wait_for(lambda: ray.get(controller.ping.remote(), timeout=2) != pid, timeout_s=120)
@@ -316,7 +317,7 @@ def test_a_batch_retried_after_its_call_timed_out_is_never_appended_twice(sim):
                                     delivery_timeout_ms=120_000)
     producer.send(topic, b"warm").get(timeout=30)
     stopped = next(r for r in replicas(sim, topic).values() if r["role"] == "follower")
-    os.kill(stopped["pid"], signal.SIGSTOP)
+    pause(stopped["pid"])
     futures = []
     try:
         for n in range(40):

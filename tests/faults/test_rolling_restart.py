@@ -31,6 +31,7 @@ from tests.integration.conftest import wait_for
 from tests.support import chaos
 from tests.support.cluster import simulated_cluster
 from tests.support.history import History
+from tests.support.processes import pause
 
 pytestmark = [pytest.mark.ray, pytest.mark.cluster, pytest.mark.slow]
 
@@ -162,7 +163,7 @@ def test_a_drain_waits_for_a_paused_follower_to_catch_up_and_then_moves_leadersh
             return next(n for n in admin.describe_cluster()["nodes"] if n["node_id"] == leader_node)["draining"]
 
         drainer = threading.Thread(target=drain, daemon=True)
-        os.kill(follower_pid, signal.SIGSTOP)
+        pause(follower_pid)
         try:
             acked = producer.send_batch("drained", [b"%d" % i for i in range(1000)]).offsets(timeout=60).tolist()
             wait_for(lambda: admin.describe_partitions("drained")[0]["isr"] == [state["leader"]], timeout_s=120)

@@ -23,6 +23,7 @@ from raylog.consumer.group_member import coordinator_for
 from raylog.errors import GroupIdNotFoundError
 from tests.integration.conftest import wait_for
 from tests.support.kafka_wire import call
+from tests.support.processes import pause
 
 COORDINATOR_NOT_AVAILABLE = 15
 INVALID_REQUEST = 42
@@ -66,7 +67,7 @@ def test_a_join_answered_too_late_for_its_client_leaves_the_member_it_made(clust
         # Another group's join first, until it succeeds: the listener has then found
         # __consumer_offsets, and the paused coordinator is the only thing the late join waits on.
         wait_for(lambda: join(sock, f"warm-{group}", topic).error_code.value == 0, timeout_s=120, interval_s=0.5)
-        os.kill(pid, signal.SIGSTOP)
+        pause(pid)
         try:
             answer = join(sock, group, topic)
         finally:

@@ -15,6 +15,7 @@ import pytest
 from raylog import TopicPartition
 from raylog.config import ClusterConfig
 from raylog.errors import TopicCreationIncompleteError
+from tests.support.processes import pause
 from tests.support.topics import consume_all, create_in_background, fresh_topic
 
 
@@ -102,7 +103,7 @@ def test_a_creation_waits_out_a_controller_that_answers_nothing_for_longer_than_
 
     controller_pid = ray.get(cluster.controller.ping.remote(), timeout=30)
     admin = cluster.admin(request_timeout_ms=1500)
-    os.kill(controller_pid, signal.SIGSTOP)
+    pause(controller_pid)
     try:
         thread, created = create_in_background(admin, "while-paused", 2)
         time.sleep(4.5)  # three request timeouts without an answer

@@ -19,6 +19,7 @@ from raylog.errors import InvalidRecordError, KafkaTimeoutError, RecordTooLargeE
 from raylog.producer.partitioner import partition_for_key
 from raylog.records import TopicPartition
 from tests.integration.conftest import wait_for
+from tests.support.processes import pause
 from tests.support.topics import consume_all, fresh_topic
 
 pytestmark = pytest.mark.ray
@@ -66,7 +67,7 @@ def test_a_delivery_timeout_while_the_replica_is_frozen_does_not_stop_later_send
                                 retry_backoff_ms=50)
     producer.send(topic, b"first").get(timeout=30)
     pid = cluster.admin().describe_partitions(topic)[0]["pid"]
-    os.kill(pid, signal.SIGSTOP)
+    pause(pid)
     try:
         with pytest.raises(KafkaTimeoutError):
             producer.send(topic, b"maybe").get(timeout=30)

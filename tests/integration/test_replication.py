@@ -20,6 +20,7 @@ from raylog.errors import (
 from raylog.records import TopicPartition
 from tests.integration.conftest import wait_for
 from tests.support.cluster import simulated_cluster
+from tests.support.processes import pause
 from tests.support.topics import consume_all
 
 pytestmark = [pytest.mark.ray, pytest.mark.cluster]
@@ -119,11 +120,11 @@ def test_a_stopped_follower_leaves_the_isr_and_acks_all_keeps_working_until_too_
     strict.send(topic, b"warm").get(timeout=30)
     paused = [r["pid"] for r in followers(sim, topic)]
     assert len(paused) == 2
-    os.kill(paused[0], signal.SIGSTOP)
+    pause(paused[0])
     try:
         wait_for(lambda: len(isr(sim, topic)) == 2, timeout_s=LAG_MS / 1000 + 20)
         assert strict.send(topic, b"two in sync").get(timeout=30).offset == 1
-        os.kill(paused[1], signal.SIGSTOP)
+        pause(paused[1])
         wait_for(lambda: len(isr(sim, topic)) == 1, timeout_s=LAG_MS / 1000 + 20)
         with pytest.raises(NotEnoughReplicasError):
             strict.send(topic, b"one in sync").get(timeout=30)
@@ -151,7 +152,7 @@ def test_an_old_leader_with_unreplicated_batches_drops_exactly_those_when_it_ret
     old = next(r for r in replicas(sim, topic).values() if r["role"] == "leader")
     paused = [r["pid"] for r in followers(sim, topic)]
     for pid in paused:
-        os.kill(pid, signal.SIGSTOP)
+        pause(pid)
     time.sleep(1.0)  # their parked fetches answer empty, so nothing below is on its way to them
     try:
         lost = [producer.send(topic, b"unreplicated-%d" % i).get(timeout=30).offset for i in range(3)]
@@ -182,7 +183,7 @@ def test_describe_shows_leader_replicas_isr_and_under_replicated_partitions(sim)
     assert not info["offline"] and [r["replica_id"] for r in info["replicas"]] == [0, 1, 2]
     assert all(r["alive"] for r in info["replicas"])
     pid = followers(sim, topic)[0]["pid"]
-    os.kill(pid, signal.SIGSTOP)
+    pause(pid)
     try:
         wait_for(lambda: sim.cluster.admin().describe_partitions(topic)[0]["under_replicated"],
                  timeout_s=LAG_MS / 1000 + 20)
@@ -234,7 +235,7 @@ def test_a_topic_deleted_while_a_replica_was_stopped_is_not_reopened_by_a_new_to
     producer = sim.cluster.producer(acks="all")
     producer.send_batch(topic, [b"old-%d" % i for i in range(50)]).wait(timeout=60)
     paused = followers(sim, topic)[0]
-    os.kill(paused["pid"], signal.SIGSTOP)
+    pause(paused["pid"])
     try:
         sim.cluster.admin().delete_topics([topic])
     finally:
@@ -282,7 +283,7 @@ def test_with_no_in_sync_replica_alive_the_partition_stays_offline_unless_unclea
     wait_for(lambda: admin.describe_topics([unclean])[0].partitions[0].leader.node_id == nodes[0], timeout_s=120)
     paused = [r["pid"] for topic in (safe, unclean) for r in followers(sim, topic)]
     for pid in paused:
-        os.kill(pid, signal.SIGSTOP)
+        pause(pid)
     try:
         wait_for(lambda: len(isr(sim, safe)) == 1 and len(isr(sim, unclean)) == 1, timeout_s=LAG_MS / 1000 + 20)
         sim.remove(sim.ray_node(nodes[0]))

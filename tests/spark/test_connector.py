@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 
 from raylog.records import TopicPartition
 from tests.integration.conftest import wait_for
+from tests.support.processes import pause
 from tests.support.spark_rows import NOW, as_rows, compacted_topic, produce_numbered, read_everything, rows, run_once
 from tests.support.topics import end_offsets, fresh_topic
 
@@ -286,7 +287,7 @@ def test_a_cancelled_read_stops_its_tasks_at_once_and_frees_their_memory(cluster
         except Exception as exc:  # noqa: BLE001 - the cancellation, checked below
             outcome.append(exc)
 
-    os.kill(pid, signal.SIGSTOP)
+    pause(pid)
     try:
         # Once the controller has fenced it, its read page's lease has run out too: the task cannot
         # read its files on this node, and fetches from it, which never answers.

@@ -21,6 +21,7 @@ from pyspark.errors import StreamingQueryException
 from raylog.records import TopicPartition
 from tests.integration.conftest import wait_for
 from tests.support.cluster import simulated_cluster
+from tests.support.processes import pause
 from tests.support.spark_rows import run_once
 from tests.support.topics import fresh_topic
 
@@ -197,7 +198,7 @@ def test_a_stream_across_an_unclean_election_reports_exactly_what_was_lost_and_r
         wait_for(lambda: admin.describe_partitions(topic)[0]["high_watermark"] == 20, timeout_s=120)
         before = admin.describe_partitions(topic)[0]
         follower = next(r for r in admin.describe_replicas(topic, 0) if r.get("role") == "follower")
-        os.kill(follower["pid"], signal.SIGSTOP)
+        pause(follower["pid"])
         try:
             wait_for(lambda: admin.describe_partitions(topic)[0]["isr"] == [before["leader"]],
                      timeout_s=LAG_MS / 1000 + 60, describe=lambda: admin.describe_partitions(topic))

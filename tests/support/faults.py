@@ -60,6 +60,7 @@ from raylog.naming import CONTROLLER_ACTOR_NAME, OFFSETS_TOPIC, coordinator_acto
 from raylog.records import TopicPartition
 from raylog.storage.batch import iter_batches
 from tests.support.disks import fill
+from tests.support.processes import pause
 
 KILLS = ("kill-leader", "kill-follower", "kill-controller", "kill-coordinator", "kill-member")
 PAUSES = ("pause-leader", "pause-follower", "pause-controller", "pause-coordinator", "pause-member")
@@ -192,7 +193,7 @@ class FaultInjector:
                 os.kill(fault.pid, signal.SIGKILL)
             else:
                 fault.duration_s = self.rng.uniform(*self.pause_s)
-                os.kill(fault.pid, signal.SIGSTOP)
+                pause(fault.pid)
         elif fault.kind in ("lose-node", "restart-node"):
             workers = [n for n in self.sim.node_ids() if n != self.sim.head_id()]
             if len(workers) < 3:
@@ -222,7 +223,7 @@ class FaultInjector:
             fault.target, fault.pid = f"{topic}-{p} replica {state['leader']} (a member and a producer on its node)", \
                 state["pid"]
             fault.duration_s = self.rng.uniform(*self.pause_s)
-            os.kill(fault.pid, signal.SIGSTOP)
+            pause(fault.pid)
         elif fault.kind == "flip-follower-byte":
             fault.target = self._flip_follower_byte()
         elif fault.kind == "intrude-channels":

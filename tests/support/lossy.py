@@ -25,6 +25,8 @@ from pathlib import Path
 
 from raylog.errors import RaylogError
 from raylog.records import TopicPartition
+from tests.support.processes import pause
+
 
 LOSSY = "chaos-lossy"
 LOSSY_CONFIG = {"replication_factor": 2, "unclean_leader_election_enable": True, "min_insync_replicas": 1}
@@ -126,13 +128,13 @@ def unclean_election(cluster, producer: LossyProducer) -> str:
         raise ValueError("the lossy topic is not led with both replicas in sync")
     paused = []
     try:
-        os.kill(follower["pid"], signal.SIGSTOP)
+        pause(follower["pid"])
         paused.append(follower["pid"])
         _wait("the paused follower leaving the ISR",
               lambda: admin.describe_partitions(LOSSY)[0]["isr"] == [leader["replica_id"]])
         acked = producer.acked_count()
         _wait("records acknowledged by the leader alone", lambda: producer.acked_count() >= acked + LOST_AFTER_SHRINK)
-        os.kill(leader["pid"], signal.SIGSTOP)
+        pause(leader["pid"])
         paused.append(leader["pid"])
         os.kill(follower["pid"], signal.SIGCONT)
         paused.remove(follower["pid"])

@@ -1,0 +1,47 @@
+"""Pausing a process the way the fault tests mean it: stopped before the next step begins.
+
+``kill(pid, SIGSTOP)`` returns before a multi-threaded process has stopped. Linux wakes one
+thread to take the signal and only that thread, once it runs, stops the others; until then
+they run on. On this 2-core machine a thread of a "paused" process answered a request sent
+right after the kill 9% of the time idle and 39% with three busy loops beside it
+(tests/unit/test_processes.py shows the race). A test that pauses a leader and then expects
+its sends to time out failed in CI that way: the leader acknowledged the send.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+STOPPED = frozenset("TtZX")
+"""/proc thread states that run no more user code: stopped, traced, or exited."""
+PAUSE_WAIT_S = 60.0
+"""A thread in uninterruptible sleep (a disk write) stops when its call returns; none takes this long."""
+
+
+def thread_states(pid: int) -> list[str]:
+    """Each thread's state letter from /proc (empty once the process is gone)."""
+    states = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return states
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                states.append(f.read().rsplit(")", 1)[1].split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # the thread exited meanwhile
+    return states
+
+
+def pause(pid: int) -> None:
+    """SIGSTOP ``pid`` and return once every one of its threads has stopped."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + PAUSE_WAIT_S
+    while not all(s in STOPPED for s in thread_states(pid)):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"process {pid} still has running threads {PAUSE_WAIT_S}s after SIGSTOP: "
+                                 f"{thread_states(pid)}")
+        time.sleep(0.001)

@@ -1,0 +1,72 @@
+"""tests.support.processes.pause: a paused process answers nothing sent after pause returns."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import threading
+
+from tests.support.processes import pause, thread_states
+
+ROUNDS = 300
+
+
+def _echo_in_a_thread(sock: socket.socket) -> None:
+    """A child whose main thread only waits, as a Ray worker's does, while another answers."""
+    def echo():
+        while True:
+            byte = sock.recv(1)
+            if not byte:
+                return
+            sock.send(byte)
+    threading.Thread(target=echo, daemon=True).start()
+    threading.Event().wait()
+
+
+def _answers_while_paused(stop) -> int:
+    """Rounds of ROUNDS in which the child echoed a byte sent after ``stop(pid)`` returned."""
+    ours, theirs = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:
+        ours.close()
+        try:
+            _echo_in_a_thread(theirs)
+        finally:
+            os._exit(0)
+    theirs.close()
+    answered = 0
+    try:
+        for _ in range(ROUNDS):
+            stop(pid)
+            ours.send(b"x")
+            early = select.select([ours], [], [], 0.005)[0]
+            answered += bool(early)
+            os.kill(pid, signal.SIGCONT)
+            if not early:
+                select.select([ours], [], [], 30)
+            assert ours.recv(1) == b"x"
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        ours.close()
+    return answered
+
+
+def test_a_sigstop_alone_leaves_threads_running_and_pause_does_not():
+    raced = _answers_while_paused(lambda pid: os.kill(pid, signal.SIGSTOP))
+    paused = _answers_while_paused(pause)
+    assert paused == 0, "pause() returned while a thread of the child could still answer"
+    # The race is why pause() exists, but no run is sure to show it, so only the fix is asserted
+    # (seen here: 9% of rounds idle, 39% beside three busy loops; without the wait in pause() the
+    # assertion above fails).
+    print(f"SIGSTOP alone: {raced} of {ROUNDS} rounds answered while 'stopped'")
+
+
+def test_thread_states_of_a_gone_process_is_empty():
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert thread_states(pid) == []
