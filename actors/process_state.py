@@ -55,11 +55,16 @@ class ProcessIdentity:
 
 def own_identity() -> ProcessIdentity | None:
     """This process's identity; None where /proc does not say (not Linux)."""
+    return identity_of(os.getpid())
+
+
+def identity_of(pid: int) -> ProcessIdentity | None:
+    """The identity of the process ``pid`` on this host now; None when /proc does not show it."""
     boot_id = _boot_id()
-    fields = _stat_fields(f"/proc/{os.getpid()}/stat")
+    fields = _stat_fields(f"/proc/{pid}/stat")
     if boot_id is None or fields is None:
         return None
-    return ProcessIdentity(boot_id, os.getpid(), int(fields[19]))
+    return ProcessIdentity(boot_id, pid, int(fields[19]))
 
 
 def cpu_seconds(identity: ProcessIdentity | None) -> float | None:
@@ -81,7 +86,7 @@ def is_working(identity: ProcessIdentity | None, samples: int = 5, interval_s: f
     if identity is None or _boot_id() != identity.boot_id:
         return None
     for i in range(samples):
-        states = _thread_states(identity)
+        states = thread_states(identity)
         if states is None:
             return None
         if "T" in states:
@@ -115,7 +120,9 @@ def should_restart(silent_s: float, session_s: float, working: bool | None, idle
     return working is None or silent_s > BUSY_SILENCE_LIMIT * session_s
 
 
-def _thread_states(identity: ProcessIdentity) -> set[str] | None:
+def thread_states(identity: ProcessIdentity) -> set[str] | None:
+    """The state letters of the process's threads (R running, S asleep, T stopped...); None once it
+    is gone or its pid names a later process."""
     fields = _stat_fields(f"/proc/{identity.pid}/stat")
     if fields is None or int(fields[19]) != identity.start_ticks:
         return None

@@ -14,34 +14,23 @@ import os
 import signal
 import time
 
+from actors import process_state
+
 STOPPED = frozenset("TtZX")
 """/proc thread states that run no more user code: stopped, traced, or exited."""
 PAUSE_WAIT_S = 60.0
 """A thread in uninterruptible sleep (a disk write) stops when its call returns; none takes this long."""
 
 
-def thread_states(pid: int) -> list[str]:
-    """Each thread's state letter from /proc (empty once the process is gone)."""
-    states = []
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except FileNotFoundError:
-        return states
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                states.append(f.read().rsplit(")", 1)[1].split()[0])
-        except (FileNotFoundError, ProcessLookupError):
-            pass  # the thread exited meanwhile
-    return states
-
-
 def pause(pid: int) -> None:
-    """SIGSTOP ``pid`` and return once every one of its threads has stopped."""
+    """SIGSTOP ``pid`` and return once every one of its threads has stopped (or it is gone)."""
+    who = process_state.identity_of(pid)
     os.kill(pid, signal.SIGSTOP)
     deadline = time.monotonic() + PAUSE_WAIT_S
-    while not all(s in STOPPED for s in thread_states(pid)):
+    while who is not None:
+        states = process_state.thread_states(who)
+        if states is None or states <= STOPPED:  # gone, or every thread stopped
+            return
         if time.monotonic() > deadline:
-            raise AssertionError(f"process {pid} still has running threads {PAUSE_WAIT_S}s after SIGSTOP: "
-                                 f"{thread_states(pid)}")
+            raise AssertionError(f"process {pid} still has running threads {PAUSE_WAIT_S}s after SIGSTOP: {states}")
         time.sleep(0.001)

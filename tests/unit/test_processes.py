@@ -8,7 +8,7 @@ import signal
 import socket
 import threading
 
-from tests.support.processes import pause, thread_states
+from tests.support.processes import pause
 
 ROUNDS = 300
 
@@ -63,10 +63,3 @@ def test_a_sigstop_alone_leaves_threads_running_and_pause_does_not():
     # assertion above fails).
     print(f"SIGSTOP alone: {raced} of {ROUNDS} rounds answered while 'stopped'")
 
-
-def test_thread_states_of_a_gone_process_is_empty():
-    pid = os.fork()
-    if pid == 0:
-        os._exit(0)
-    os.waitpid(pid, 0)
-    assert thread_states(pid) == []

@@ -15,6 +15,7 @@ import pytest
 
 from actors import process_state
 from actors.process_state import BUSY_SILENCE_LIMIT, ProcessIdentity, is_working, should_restart
+from tests.support.processes import pause
 
 pytestmark = pytest.mark.skipif(not os.path.exists(process_state.BOOT_ID_PATH), reason="needs Linux's /proc")
 
@@ -90,7 +91,7 @@ def wait_until_asleep(who: ProcessIdentity, after_cpu_s: float) -> None:
     """Until the process has used ``after_cpu_s`` of CPU and no thread of it runs (its busy spell
     is over): events; the bound only turns a child that never sleeps into a failure, not a hang."""
     give_up = time.monotonic() + 120
-    while process_state.cpu_seconds(who) < after_cpu_s or "R" in process_state._thread_states(who):
+    while process_state.cpu_seconds(who) < after_cpu_s or "R" in process_state.thread_states(who):
         assert time.monotonic() < give_up, "the child never finished its busy spell"
         time.sleep(0.05)
 
@@ -99,8 +100,7 @@ def test_a_stopped_busy_process_is_not_working(child):
     proc = child("while True: pass")
     who = identity_of(proc.pid)
     since = (time.monotonic(), process_state.cpu_seconds(who))
-    proc.send_signal(signal.SIGSTOP)
-    time.sleep(0.1)
+    pause(proc.pid)
     assert is_working(who) is False
     assert is_working(who, since=since) is False, "stopped, whatever it used before"
     proc.send_signal(signal.SIGCONT)
