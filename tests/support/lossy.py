@@ -27,7 +27,6 @@ from raylog.errors import RaylogError
 from raylog.records import TopicPartition
 from tests.support.processes import pause
 
-
 LOSSY = "chaos-lossy"
 LOSSY_CONFIG = {"replication_factor": 2, "unclean_leader_election_enable": True, "min_insync_replicas": 1}
 SEND_INTERVAL_S = 0.02

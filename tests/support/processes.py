@@ -3,9 +3,9 @@
 ``kill(pid, SIGSTOP)`` returns before a multi-threaded process has stopped. Linux wakes one
 thread to take the signal and only that thread, once it runs, stops the others; until then
 they run on. On this 2-core machine a thread of a "paused" process answered a request sent
-right after the kill 9% of the time idle and 39% with three busy loops beside it
-(tests/unit/test_processes.py shows the race). A test that pauses a leader and then expects
-its sends to time out failed in CI that way: the leader acknowledged the send.
+right after the kill 9% of the time idle and 39% with three busy loops beside it (the echo
+child of tests/unit/test_processes.py, stopped by a bare kill). A test that pauses a leader
+and then expects its sends to time out failed in CI that way: the leader acknowledged the send.
 """
 
 from __future__ import annotations
