@@ -20,7 +20,9 @@ In the same run, Ray's own ``ray.util.queue.Queue`` moves the same records with
 put_nowait_batch/get_nowait_batch: the Ray-native baseline, printed as a ratio. Records
 are random uppercase letters, as Kafka's ProducerPerformance fills them. Each row also
 prints the CPU the driver process spent per record (the producer and consumer live
-there; the rest of the machine's two cores go to replicas and Ray).
+there; the rest of the machine's two cores go to replicas and Ray), and how much of it
+CPython's cyclic collector took (gc.callbacks): a row that keeps a future per record sets
+off full collections.
 
     python -m bench.client_bench [--records 1000000] [--partitions 2] [--runs 3] [--random-only]
 
@@ -32,6 +34,7 @@ replicas and driver heap they would share; bench/results/client_random.json).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import random
@@ -74,15 +77,24 @@ def process_cpu_s() -> float:
 
 
 class Timed:
-    """Wall time and this process's CPU time of a block."""
+    """Wall time, this process's CPU time and the cyclic collector's time (gc, seconds) of a block."""
 
     def __enter__(self) -> "Timed":
+        self.gc, self._gc_start = 0.0, 0.0
+        gc.callbacks.append(self._collection)
         self.cpu, self.wall = process_cpu_s(), time.perf_counter()
         return self
 
     def __exit__(self, *exc) -> None:
         self.wall = time.perf_counter() - self.wall
         self.cpu = process_cpu_s() - self.cpu
+        gc.callbacks.remove(self._collection)
+
+    def _collection(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._gc_start = time.perf_counter()
+        else:
+            self.gc += time.perf_counter() - self._gc_start
 
 
 def produce_batch(cluster, topic: str, values: list[bytes], chunk: int = 100_000, local: bool = True) -> Timed:
@@ -257,12 +269,14 @@ def run(records: int, runs: int, partitions: int, latency_samples: int, baseline
     random_values, random_keys = make_random_values(SIX_RECORDS), make_keys(SIX_RECORDS, seed=3)
     rates: dict[str, list[float]] = {name: [] for name, _ in ROWS}
     cpu: dict[str, list[float]] = {name: [] for name, _ in ROWS}
+    collector: dict[str, list[float]] = {name: [] for name, _ in ROWS}
     queue_rates: dict[str, list[float]] = {"put": [], "get": []}
     latency: dict[str, list[list[float]]] = {}
     try:
         def record(name: str, t: Timed, count: int = records) -> None:
             rates[name].append(count / t.wall)
             cpu[name].append(t.cpu / count * 1e6)
+            collector[name].append(t.gc / count * 1e6)
 
         def random_rows() -> None:
             """Issue 33's rows, on two 6-partition topics made for them and deleted after."""
@@ -327,9 +341,11 @@ def run(records: int, runs: int, partitions: int, latency_samples: int, baseline
     med = {name: statistics.median(v) for name, v in rates.items()}
     shape = (f"issue 33's rows alone: {SIX_RECORDS:,} x {RECORD_BYTES}-byte records, 6" if random_only
              else f"{records:,} x {RECORD_BYTES}-byte records, {partitions}")
-    print(f"client bench: {shape} partitions, RF=1, median of {runs} runs (driver CPU per record in brackets)")
+    print(f"client bench: {shape} partitions, RF=1, median of {runs} runs (driver CPU per record in brackets, "
+          "and the part of it in the cyclic collector)")
     for name, label in [(name, label) for name, label in ROWS if name in rates]:
-        print(f"  {label:34s} {med[name]:>12,.0f} records/s  [{statistics.median(cpu[name]):.2f} us]")
+        print(f"  {label:34s} {med[name]:>12,.0f} records/s  [{statistics.median(cpu[name]):.2f} us, "
+              f"collector {statistics.median(collector[name]):.2f} us]")
     if baseline:
         qput, qget = statistics.median(queue_rates["put"]), statistics.median(queue_rates["get"])
         print(f"  ray Queue put_nowait_batch         {qput:>12,.0f} records/s  "
@@ -352,6 +368,7 @@ def run(records: int, runs: int, partitions: int, latency_samples: int, baseline
     out.mkdir(exist_ok=True)
     (out / ("client_random.json" if random_only else "client.json")).write_text(json.dumps(
         {"median": med, "runs": rates, "driver_cpu_us_per_record": {name: cpu[name] for name in rates},
+         "collector_us_per_record": {name: collector[name] for name in rates},
          "queue": queue_rates,
          "latency_runs_ms": latency_runs}, indent=2))
     return med

@@ -11,7 +11,7 @@ import ray
 from ray._common.utils import get_ray_address_file
 from ray._private.utils import read_ray_address
 
-from raylog import ray_calls
+from raylog import memory, ray_calls
 from raylog.config import ClusterConfig, config_from_mapping
 from raylog.errors import ClusterNotAvailableError, ControllerNotAvailableError
 from raylog.metadata import Metadata
@@ -129,6 +129,8 @@ def connect(address: str | None = None, *, namespace: str = "raylog", data_root:
             ray.init(address=address, namespace=namespace, **ray_init_kwargs)
         except ConnectionError as exc:
             raise ClusterNotAvailableError(f"cannot attach to a Ray cluster at {address!r}: {exc}") from None
+    # Before any object of this connection exists: what is alive now lives as long as the process.
+    memory.freeze_startup_heap()
     settings = {"namespace": namespace, "request_timeout_ms": request_timeout_ms,
                 **({"data_root": data_root} if data_root else {}), **(cluster_config or {})}
     config = config_from_mapping(ClusterConfig, settings)

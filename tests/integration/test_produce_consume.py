@@ -160,14 +160,16 @@ def test_offsets_for_times_finds_first_record_at_or_after_timestamp(cluster):
     producer.close()
 
 
-def test_a_second_producer_process_writes_the_same_topic(cluster):
+def test_a_second_producer_process_writes_the_same_topic_and_its_connect_freezes_the_startup_heap(cluster):
     topic = fresh_topic(cluster, 1)
     producer = cluster.producer()
     producer.send_batch(topic, [b"parent-%d" % i for i in range(100)]).wait(timeout=30)
     address = ray.get_runtime_context().gcs_address
     script = (
-        "import raylog, sys\n"
+        "import gc, raylog, sys\n"
+        "assert gc.get_freeze_count() == 0\n"
         f"c = raylog.connect(address={address!r})\n"
+        "assert gc.get_freeze_count() > 10_000, gc.get_freeze_count()  # Ray's and raylog's modules\n"
         "p = c.producer()\n"
         f"p.send_batch({topic!r}, [b'child-%d' % i for i in range(100)]).wait(timeout=60)\n"
         "p.close()\n"
