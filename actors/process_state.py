@@ -109,14 +109,20 @@ then killed a working controller under load, in CI). A hung one stays idle: the 
 heartbeat round after the first."""
 
 
-def should_restart(silent_s: float, session_s: float, working: bool | None, idle_looks: int = IDLE_LOOKS) -> bool:
+def should_restart(silent_s: float, session_s: float, working: bool | None, idle_looks: int = IDLE_LOOKS,
+                   idle_s: float | None = None) -> bool:
     """Whether a controller silent for ``silent_s`` is to be killed: after the session timeout once
-    ``idle_looks`` looks in a row (this one included) saw it idle, or at once when it cannot be
-    seen; when it is seen working, only after BUSY_SILENCE_LIMIT session timeouts."""
+    ``idle_looks`` looks in a row (this one included) saw it idle and it has been idle and silent
+    for a session timeout (``idle_s``: since the heartbeat was sent or it was last seen working,
+    whichever is later; silent_s when not given), or at once when it cannot be seen; when it is
+    seen working, only after BUSY_SILENCE_LIMIT session timeouts."""
     if silent_s <= session_s:
         return False
     if working is False:
-        return idle_looks >= IDLE_LOOKS
+        # A controller that just ended a busy spell owes every answer that queued up meanwhile;
+        # it gets a whole session timeout for them, as one that was never busy does (two looks
+        # half a second apart killed one still working through that backlog, in CI).
+        return idle_looks >= IDLE_LOOKS and (silent_s if idle_s is None else idle_s) > session_s
     return working is None or silent_s > BUSY_SILENCE_LIMIT * session_s
 
 

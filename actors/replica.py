@@ -215,6 +215,8 @@ class PartitionReplica:
         """(the unanswered heartbeat, when its silence was first noticed, the controller's CPU seconds then)."""
         self._idle_looks = 0
         """Looks in a row that saw the silent controller idle (process_state.IDLE_LOOKS)."""
+        self._controller_seen_working_at = float("-inf")
+        """time.monotonic() of the last look that saw the silent controller working."""
         self._follower_error: str | None = None
         self.replication_stats = {"follower_fetches_served": 0, "follower_bytes_served": 0,
                                   "fetches_as_follower": 0, "bytes_fetched_as_follower": 0}
@@ -532,7 +534,11 @@ class PartitionReplica:
                 # stops counting as working one round later, not after its spell averages out.
                 self._silence_mark = (heartbeat, time.monotonic(), process_state.cpu_seconds(self._controller_process))
                 self._idle_looks = self._idle_looks + 1 if working is False else 0
-                if process_state.should_restart(silent_s, session_s, working, self._idle_looks):
+                now = time.monotonic()
+                if working:
+                    self._controller_seen_working_at = now
+                idle_s = now - max(sent_at, self._controller_seen_working_at)
+                if process_state.should_restart(silent_s, session_s, working, self._idle_looks, idle_s):
                     if self._heartbeat is heartbeat:
                         self._heartbeat = None
                     await self._restart_silent_controller(silent_s)

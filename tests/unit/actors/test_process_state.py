@@ -133,3 +133,11 @@ def test_a_silent_controller_is_restarted_after_the_session_unless_seen_working_
     assert not should_restart(session + 0.1, session, True)
     assert not should_restart(BUSY_SILENCE_LIMIT * session, session, True)
     assert should_restart(BUSY_SILENCE_LIMIT * session + 0.1, session, True)
+
+
+def test_a_controller_seen_working_during_the_silence_gets_a_session_timeout_after_it_before_a_restart():
+    session = 9.0
+    assert not should_restart(3 * session, session, False, idle_looks=5, idle_s=session - 0.1), \
+        "killed while it may still be answering what queued up during its busy spell"
+    assert should_restart(3 * session, session, False, idle_looks=2, idle_s=session + 0.1)
+    assert not should_restart(3 * session, session, False, idle_looks=1, idle_s=session + 0.1)
