@@ -532,9 +532,9 @@ class PartitionReplica:
                     return  # answered while we looked: not silent after all (the next round reads it)
                 # The next check measures from this one: a controller that hung after a busy spell
                 # stops counting as working one round later, not after its spell averages out.
-                self._silence_mark = (heartbeat, time.monotonic(), process_state.cpu_seconds(self._controller_process))
-                self._idle_looks = self._idle_looks + 1 if working is False else 0
                 now = time.monotonic()
+                self._silence_mark = (heartbeat, now, process_state.cpu_seconds(self._controller_process))
+                self._idle_looks = self._idle_looks + 1 if working is False else 0
                 if working:
                     self._controller_seen_working_at = now
                 idle_s = now - max(sent_at, self._controller_seen_working_at)

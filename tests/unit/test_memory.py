@@ -7,13 +7,14 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(code: str, **env: str) -> str:
     environ = {k: v for k, v in os.environ.items() if k != "RAYLOG_FREEZE_GC"}
-    environ.update(env, PYTHONPATH=ROOT)
+    environ.update(env, PYTHONPATH=str(ROOT))
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=environ, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
