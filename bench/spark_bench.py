@@ -11,6 +11,11 @@ Rows (records/s, median of --runs runs, and raylog / parquet):
 - read + sum of value lengths: every value read, the fair read-everything comparison;
 - read + group-by key: events counted per key, as make demo does.
 
+Each row also gives the median of its rounds' own ratios (raylog and parquet of one round side by
+side, so a slow minute of the VM weighs on both) and the machine's busy CPU-seconds per run of each
+side (every process and the kernel, from /proc/stat: the 2 cores are the bound, and on a
+shared VM the CPU a side spends moves less than its wall time).
+
 Spark runs one executor with --cores cores; raylog's replicas run on the same two cores. A
 first round runs every query once unrecorded (the JVM's JIT, the page cache), then --runs
 recorded rounds; from one round to the next, who writes first and who is read first
@@ -35,10 +40,20 @@ import uuid
 from pathlib import Path
 
 
-def timed(fn) -> tuple[float, object]:
-    t = time.monotonic()
+def busy_cpu_s() -> float:
+    """CPU-seconds the whole machine has spent busy since boot: idle, iowait and the host's steal
+    left out, and guest time, which Linux counts in user time already."""
+    import psutil
+
+    t = psutil.cpu_times()
+    return sum(t) - sum(getattr(t, field, 0.0) for field in ("idle", "iowait", "steal", "guest", "guest_nice"))
+
+
+def timed(fn) -> tuple[float, object, float]:
+    """(wall seconds, fn's result, the machine's busy CPU-seconds meanwhile)."""
+    cpu, t = busy_cpu_s(), time.monotonic()
     out = fn()
-    return time.monotonic() - t, out
+    return time.monotonic() - t, out, busy_cpu_s() - cpu
 
 
 def main(argv=None) -> None:
@@ -62,12 +77,15 @@ def main(argv=None) -> None:
     root = tempfile.mkdtemp(prefix="raylog-spark-bench-")
     cluster = raylog.connect(data_root=os.path.join(root, "log"), num_cpus=2 + args.cores)
     results: dict[str, dict[str, list[float]]] = {}
+    cpu: dict[str, dict[str, list[float]]] = {}
 
     profiles: dict[str, list[dict]] = {}
 
-    def record(row: str, side: str, seconds: float) -> None:
+    def record(row: str, side: str, timing: tuple) -> None:
+        seconds, _, cpu_s = timing
         if recording:
             results.setdefault(row, {}).setdefault(side, []).append(n / seconds)
+            cpu.setdefault(row, {}).setdefault(side, []).append(cpu_s)
         if side == "raylog" and row.startswith("read") and recording:
             metrics = dict(spark._jvm.io.raylog.spark.ReadMetrics.lastExecution(spark._jsparkSession))
             profiles.setdefault(row, []).append({"seconds": seconds, **{k: float(v) for k, v in metrics.items()}})
@@ -87,19 +105,19 @@ def main(argv=None) -> None:
                 writes = [("raylog", lambda: events.write.format("raylog").option("topic", topic).save()),
                           ("parquet", lambda: events.write.parquet(path))]
                 for side, write in writes[::-1] if run % 2 else writes:  # who goes first alternates
-                    record("write", side, timed(write)[0])
+                    record("write", side, timed(write))
                 assert sum(end_offsets(cluster, topic).values()) == n
                 sides = [("raylog", lambda: spark.read.format("raylog").option("subscribe", topic).load()),
                          ("parquet", lambda: spark.read.parquet(path))]
                 for side, frame in sides[::-1] if run % 2 else sides:  # who goes first alternates
-                    seconds, count = timed(lambda: frame().count())
-                    assert count == n, (side, count)
-                    record("read + count", side, seconds)
-                    seconds, _ = timed(lambda: frame().selectExpr("sum(length(value))").collect())
-                    record("read + sum(length(value))", side, seconds)
-                    seconds, groups = timed(lambda: frame().groupBy("key").count().collect())
-                    assert len(groups) == 1000
-                    record("read + group-by key", side, seconds)
+                    counted = timed(lambda: frame().count())
+                    assert counted[1] == n, (side, counted[1])
+                    record("read + count", side, counted)
+                    record("read + sum(length(value))", side,
+                           timed(lambda: frame().selectExpr("sum(length(value))").collect()))
+                    grouped = timed(lambda: frame().groupBy("key").count().collect())
+                    assert len(grouped[1]) == 1000
+                    record("read + group-by key", side, grouped)
                 cluster.admin().delete_topics([topic])
                 shutil.rmtree(path, ignore_errors=True)
                 print("warm-up round done" if not recording else f"run {run}/{args.runs} done", flush=True)
@@ -109,12 +127,17 @@ def main(argv=None) -> None:
 
     print(f"\nSpark over raylog vs Spark over local parquet: {n:,} records of 100 bytes, {args.partitions} "
           f"partitions, 1 executor x {args.cores} cores, median of {args.runs}")
-    print(f"{'':28}{'raylog rec/s':>14}{'parquet rec/s':>15}{'raylog/parquet':>16}")
+    print(f"{'':28}{'raylog rec/s':>14}{'parquet rec/s':>15}{'raylog/parquet':>16}{'per round':>11}"
+          f"{'CPU-s raylog':>14}{'parquet':>9}")
     summary = {}
     for row, sides in results.items():
         ours, theirs = statistics.median(sides["raylog"]), statistics.median(sides["parquet"])
-        summary[row] = {"raylog": ours, "parquet": theirs, "ratio": ours / theirs}
-        print(f"{row:28}{ours:>14,.0f}{theirs:>15,.0f}{ours / theirs:>15.2f}x")
+        paired = statistics.median(r / p for r, p in zip(sides["raylog"], sides["parquet"]))
+        cpu_ours, cpu_theirs = statistics.median(cpu[row]["raylog"]), statistics.median(cpu[row]["parquet"])
+        summary[row] = {"raylog": ours, "parquet": theirs, "ratio": ours / theirs, "paired_ratio": paired,
+                        "rounds": sides, "cpu_s": {"raylog": cpu_ours, "parquet": cpu_theirs}}
+        print(f"{row:28}{ours:>14,.0f}{theirs:>15,.0f}{ours / theirs:>15.2f}x{paired:>10.2f}x"
+              f"{cpu_ours:>14.2f}{cpu_theirs:>9.2f}")
     if args.profile:
         print("\nraylog reads, median over runs: wall s; summed over tasks: fetch wait, decode (ms); MB fetched,"
               " MB inflated")
