@@ -81,8 +81,7 @@ def main(argv=None) -> None:
 
     profiles: dict[str, list[dict]] = {}
 
-    def record(row: str, side: str, timing: tuple) -> None:
-        seconds, _, cpu_s = timing
+    def record(row: str, side: str, seconds: float, cpu_s: float) -> None:
         if recording:
             results.setdefault(row, {}).setdefault(side, []).append(n / seconds)
             cpu.setdefault(row, {}).setdefault(side, []).append(cpu_s)
@@ -105,19 +104,20 @@ def main(argv=None) -> None:
                 writes = [("raylog", lambda: events.write.format("raylog").option("topic", topic).save()),
                           ("parquet", lambda: events.write.parquet(path))]
                 for side, write in writes[::-1] if run % 2 else writes:  # who goes first alternates
-                    record("write", side, timed(write))
+                    seconds, _, cpu_s = timed(write)
+                    record("write", side, seconds, cpu_s)
                 assert sum(end_offsets(cluster, topic).values()) == n
                 sides = [("raylog", lambda: spark.read.format("raylog").option("subscribe", topic).load()),
                          ("parquet", lambda: spark.read.parquet(path))]
                 for side, frame in sides[::-1] if run % 2 else sides:  # who goes first alternates
-                    counted = timed(lambda: frame().count())
-                    assert counted[1] == n, (side, counted[1])
-                    record("read + count", side, counted)
-                    record("read + sum(length(value))", side,
-                           timed(lambda: frame().selectExpr("sum(length(value))").collect()))
-                    grouped = timed(lambda: frame().groupBy("key").count().collect())
-                    assert len(grouped[1]) == 1000
-                    record("read + group-by key", side, grouped)
+                    seconds, count, cpu_s = timed(lambda: frame().count())
+                    assert count == n, (side, count)
+                    record("read + count", side, seconds, cpu_s)
+                    seconds, _, cpu_s = timed(lambda: frame().selectExpr("sum(length(value))").collect())
+                    record("read + sum(length(value))", side, seconds, cpu_s)
+                    seconds, groups, cpu_s = timed(lambda: frame().groupBy("key").count().collect())
+                    assert len(groups) == 1000
+                    record("read + group-by key", side, seconds, cpu_s)
                 cluster.admin().delete_topics([topic])
                 shutil.rmtree(path, ignore_errors=True)
                 print("warm-up round done" if not recording else f"run {run}/{args.runs} done", flush=True)

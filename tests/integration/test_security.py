@@ -190,8 +190,9 @@ def test_partition_files_are_the_replicas_users_alone(cluster, data_root):
             try:
                 info = path.stat()
             except FileNotFoundError:
-                continue  # a checkpoint's temporary file (the high watermark's, a moment after
-                # the sends), renamed since the listing: gone, it is no one's to read
+                # A checkpoint's temporary file (the high watermark's, a moment after the sends),
+                # renamed since the listing: gone, it is no one's to read.
+                continue
             mode = info.st_mode & 0o777
             assert mode == (0o700 if stat.S_ISDIR(info.st_mode) else 0o600), f"{path} is {oct(mode)}"
             checked += 1
