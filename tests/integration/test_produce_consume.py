@@ -131,19 +131,18 @@ def test_send_batch_of_arrow_arrays_equals_the_same_lists_and_pins_partitions_pe
 
 def test_long_poll_returns_when_data_arrives_and_times_out_otherwise(cluster):
     topic = fresh_topic(cluster, 1)
-    consumer = cluster.consumer(topic, auto_offset_reset="latest", fetch_max_wait_ms=20_000)
+    # A fetch parked longer than poll()'s timeout: "late" is returned only if its arrival wakes it.
+    consumer = cluster.consumer(topic, auto_offset_reset="latest", fetch_max_wait_ms=120_000)
     start = time.monotonic()
     assert consumer.poll(timeout_ms=300) == {}
     assert time.monotonic() - start >= 0.3
     producer = cluster.producer(linger_ms=0)
     timer = threading.Timer(0.5, lambda: producer.send(topic, b"late").get(timeout=10))
     timer.start()
-    start = time.monotonic()
-    records = consumer.poll(timeout_ms=15_000)
-    waited = time.monotonic() - start
+    records = consumer.poll(timeout_ms=60_000)
     timer.join()
-    assert [r.value for recs in records.values() for r in recs] == [b"late"]
-    assert waited < 10, "the fetch must return when data arrives, not at fetch_max_wait_ms"
+    assert [r.value for recs in records.values() for r in recs] == [b"late"], (
+        "the fetch must return when data arrives, not at fetch_max_wait_ms")
     producer.close()
 
 

@@ -18,6 +18,7 @@ from raylog.errors import InvalidConfigError, NotEnoughReplicasError, RecordTooL
 from raylog.naming import CONTROLLER_ACTOR_NAME
 from raylog.records import TopicPartition
 from raylog.storage import batch as rb
+from tests.support.topics import consume_all
 
 from .conftest import wait_for
 
@@ -94,9 +95,10 @@ def test_lowering_retention_on_a_running_topic_deletes_its_old_segments_at_once(
     assert new["retention.ms"].value == "600000" and new["retention.ms"].source == "DYNAMIC_TOPIC_CONFIG"
     wait_for(lambda: admin.beginning_offsets([tp])[tp] == 24, timeout_s=30,
              describe=lambda: admin.describe_partitions("retained")[0])
-    consumer = cluster.consumer(auto_offset_reset="earliest", consumer_timeout_ms=5000)
+    consumer = cluster.consumer(auto_offset_reset="earliest")
     consumer.assign([tp])
-    values = [r.value for r in consumer]
+    values = [r.value for r in consume_all(consumer, 4)]
+    assert consumer.position(tp) == 28, "the 4 records were the whole log from its new start"
     consumer.close()
     assert values == [b"fresh-%d" % j for j in range(4)]
 
