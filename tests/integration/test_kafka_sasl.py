@@ -65,6 +65,11 @@ def kafka_python_config(bootstrap, cert, mechanism, user, password) -> dict:
             "sasl_mechanism": mechanism, "sasl_plain_username": user, "sasl_plain_password": password}
 
 
+def confluent_config(bootstrap, cert, mechanism, user, password) -> dict:
+    return {"bootstrap.servers": bootstrap, "security.protocol": "SASL_SSL", "ssl.ca.location": cert,
+            "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password}
+
+
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
 def test_kafka_python_logs_in_over_tls_and_produces_and_consumes(cluster, tls_files, user, mechanism):
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -89,9 +94,7 @@ def test_confluent_kafka_logs_in_with_scram_over_tls(cluster, tls_files, user):
     confluent_kafka = pytest.importorskip("confluent_kafka")
     topic = f"sasl-{uuid.uuid4().hex[:6]}"
     cluster.admin().create_topic(topic, 1)
-    config = {"bootstrap.servers": cluster.bootstrap_servers, "security.protocol": "SASL_SSL",
-              "ssl.ca.location": tls_files[0], "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": user,
-              "sasl.password": PASSWORD}
+    config = confluent_config(cluster.bootstrap_servers, tls_files[0], "SCRAM-SHA-256", user, PASSWORD)
     producer = confluent_kafka.Producer({**config, "enable.idempotence": True})
     producer.produce(topic, b"over tls")
     assert producer.flush(60) == 0
@@ -114,9 +117,8 @@ def test_a_wrong_password_is_refused(cluster, tls_files, user):
     cluster.admin().create_topic(topic, 1)
     errors = []
     producer = confluent_kafka.Producer({
-        "bootstrap.servers": cluster.bootstrap_servers, "security.protocol": "SASL_SSL",
-        "ssl.ca.location": tls_files[0], "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": user,
-        "sasl.password": "not-it", "error_cb": errors.append})
+        **confluent_config(cluster.bootstrap_servers, tls_files[0], "SCRAM-SHA-512", user, "not-it"),
+        "error_cb": errors.append})
     producer.produce(topic, b"must not land")
     try:
         def refused():

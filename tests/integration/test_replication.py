@@ -268,8 +268,12 @@ def test_the_cli_describes_partitions_and_elects_preferred_leaders(sim, capsys):
         return capsys.readouterr().out
 
     topic = new_topic(sim, partitions=2)
-    out = wait_for(lambda: (lambda out: out if out.count("isr 0,1,2  ok") == 2 else None)(
-        said("topics", "describe", topic)), timeout_s=120)  # see LAG_MS
+
+    def in_sync():
+        out = said("topics", "describe", topic)
+        return out if out.count("isr 0,1,2  ok") == 2 else None
+
+    out = wait_for(in_sync, timeout_s=120)  # a follower can be out for a moment: see LAG_MS
     assert f"topic {topic}: 2 partitions" in out and "leader 0 (epoch 0)" in out
     wait_for(lambda: topic not in said("topics", "describe", "--under-replicated"), timeout_s=120)
     assert cli.main(["partitions", "elect-leaders", topic]) == 0

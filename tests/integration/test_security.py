@@ -128,7 +128,8 @@ def test_rays_token_authentication_is_on_and_a_process_without_the_token_is_refu
         stranger.kill()
         stranger.wait(timeout=60)
         stranger.stdout.close()
-    assert said and "InvalidAuthToken" in said[-1], "a process with the wrong token was not refused: " + "".join(said)[-2000:]
+    assert said and "InvalidAuthToken" in said[-1], (
+        "a process with the wrong token was not refused: " + "".join(said)[-2000:])
     assert "True\n" not in said, "a process with the wrong token was let in"
     probe = "import raylog; print(len(raylog.connect().admin().list_topics()) >= 0)"
     env.pop("RAY_ADDRESS", None)
