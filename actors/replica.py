@@ -221,6 +221,9 @@ class PartitionReplica:
         self.replication_stats = {"follower_fetches_served": 0, "follower_bytes_served": 0,
                                   "fetches_as_follower": 0, "bytes_fetched_as_follower": 0}
         """Plain counters (bench/replication_bench.py reads them): replication's calls and bytes."""
+        self._follower_fetches_open = 0
+        """Followers' fetches this replica has taken and not answered yet (Kafka's fetch purgatory
+        size, for followers): parked ones wait here for data or their max wait."""
         self.metrics = ReplicaMetrics(topic, partition, replica_id)
 
     # --- start-up -------------------------------------------------------------------------
@@ -464,7 +467,8 @@ class PartitionReplica:
             "leader_epoch": self.state.leader_epoch, "partition_epoch": self.state.partition_epoch,
             "isr": sorted(self.state.isr), "log_start_offset": self.log.log_start_offset,
             "log_end_offset": self.log.log_end_offset, "high_watermark": self.state.high_watermark,
-            "latest_epoch": self.epochs.latest_epoch(), "replication": dict(self.replication_stats),
+            "latest_epoch": self.epochs.latest_epoch(),
+            "replication": {**self.replication_stats, "follower_fetches_open": self._follower_fetches_open},
             "lease_ms_left": max(0, int((self._lease_until - time.monotonic()) * 1000)),
             "follower_error": self._follower_error, "config_version": self._config_version,
             "lost_committed": self._lost_committed(),
@@ -1026,21 +1030,25 @@ class PartitionReplica:
             self._maybe_propose_isr()
             self._schedule_lag_check()
         deadline = time.monotonic() + max_wait_ms / 1000.0
-        while True:
-            # A parked fetch is answered by a leader (at the epoch named) or refused: once this
-            # replica hands over it may cut its log (a rotted batch), and a follower told that
-            # shorter log end cuts its own to it (a short chaos run lost committed records so).
-            self._check_leader(leader_epoch)
-            event = self._changed
-            limit = None if follower else self.state.high_watermark
-            data = self.log.read(offset, max_bytes, limit)
-            remaining = deadline - time.monotonic()
-            if len(data) >= min_bytes or remaining <= 0:
-                break
-            try:
-                await asyncio.wait_for(event.wait(), remaining)
-            except asyncio.TimeoutError:
-                pass
+        self._follower_fetches_open += follower
+        try:
+            while True:
+                # A parked fetch is answered by a leader (at the epoch named) or refused: once this
+                # replica hands over it may cut its log (a rotted batch), and a follower told that
+                # shorter log end cuts its own to it (a short chaos run lost committed records so).
+                self._check_leader(leader_epoch)
+                event = self._changed
+                limit = None if follower else self.state.high_watermark
+                data = self.log.read(offset, max_bytes, limit)
+                remaining = deadline - time.monotonic()
+                if len(data) >= min_bytes or remaining <= 0:
+                    break
+                try:
+                    await asyncio.wait_for(event.wait(), remaining)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            self._follower_fetches_open -= follower
         data = self._intact(data)
         if follower:
             self.replication_stats["follower_fetches_served"] += 1

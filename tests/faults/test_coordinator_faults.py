@@ -147,6 +147,18 @@ def test_a_commit_after_the_offsets_partition_leader_moved_succeeds_on_a_retry_n
     os.kill(leader["pid"], signal.SIGKILL)
     wait_for(lambda: state().leader is not None and state().leader_epoch > before.leader_epoch,
              timeout_s=120, describe=lambda: (before, state(), offsets_replicas(sim, group)))
+
+    def followed() -> bool:
+        # The surviving follower fetches from the new leader and has its whole log: the commit's
+        # acks=all write then waits for one fetch, not for the follower to find its new leader, inside
+        # the coordinator's per-leader request timeout (REQUEST_MS), which a loaded machine can outrun.
+        rows = [r for r in offsets_replicas(sim, group) if "role" in r]
+        lead = [r for r in rows if r["role"] == "leader" and r["leader_epoch"] == state().leader_epoch]
+        return bool(lead) and len(lead[0]["isr"]) >= 2 and any(
+            r["role"] == "follower" and r["leader_epoch"] == lead[0]["leader_epoch"]
+            and r["log_end_offset"] == lead[0]["log_end_offset"] for r in rows)
+
+    wait_for(followed, timeout_s=120, describe=lambda: offsets_replicas(sim, group))
     # Before the fix every attempt was fenced until request_timeout_ms and the commit failed (the
     # client does not retry a commit): succeeding at all is the evidence, however slow the machine.
     commit(consumer, sim, 2)
@@ -273,7 +285,9 @@ def test_a_creation_waits_out_nodes_that_cannot_start_its_replicas_yet_and_watch
     thread.join(timeout=300)
     assert "error" not in created and not thread.is_alive(), created
     assert ray.get(progress.remote(topic))["done"]
-    assert sorted(r.get("role") for r in admin.describe_replicas(topic, 0)) == ["follower", "follower", "leader"]
+    # Each replica answers within the module's short request timeout only when the machine lets it.
+    wait_for(lambda: sorted(str(r.get("role")) for r in admin.describe_replicas(topic, 0))
+             == ["follower", "follower", "leader"], timeout_s=120, describe=lambda: admin.describe_replicas(topic, 0))
     producer = sim.cluster.producer(acks="all", request_timeout_ms=30_000)
     producer.send_batch(topic, [b"%d" % i for i in range(10)], partition=0).wait(timeout=60)
     before = admin.describe_partitions(topic)[0]

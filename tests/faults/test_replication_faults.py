@@ -150,7 +150,7 @@ def test_a_new_replica_catches_up_when_the_log_start_offset_is_in_the_middle_of_
     spare = next(sim.raylog_node(n) for n in sim.node_ids() if sim.raylog_node(n) not in current and n != sim.head_id())
     admin.alter_partition_reassignments({tp: [current[0], spare]})
     wait_for(lambda: [r["node_id"] for r in partition(sim, topic)["replicas"]] == [current[0], spare]
-             and len(partition(sim, topic)["isr"]) == 2, timeout_s=45,
+             and len(partition(sim, topic)["isr"]) == 2, timeout_s=120,
              describe=lambda: (partition(sim, topic), admin.describe_replicas(topic, 0)))
     producer.send(topic, b"after", partition=0).get(timeout=30)
     # Waited for: with two replicas the ack needs only the leader once a starved follower left the ISR.

@@ -140,7 +140,9 @@ def test_a_drain_waits_for_a_paused_follower_to_catch_up_and_then_moves_leadersh
     replica. raylog's drain waits (up to its timeout) for a follower on a running node to catch up
     and join the ISR, then moves leadership to it, instead of answering that the node cannot be
     stopped because one follower lagged at the moment of the call. Nothing acknowledged is lost."""
-    config = {"replica_lag_time_max_ms": 4000, "replica_session_timeout_ms": 4000,
+    # The paused follower leaves the ISR by its lag; a session no stall under load outlasts keeps the
+    # leaders from being fenced, which would move a partition epoch the test counts.
+    config = {"replica_lag_time_max_ms": 4000, "replica_session_timeout_ms": 30_000,
               "replica_heartbeat_interval_ms": 500, "auto_leader_rebalance_enable": False}
     with simulated_cluster(str(tmp_path), workers=2, cluster_config=config) as sim:
         admin = sim.cluster.admin()

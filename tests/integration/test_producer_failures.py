@@ -63,7 +63,9 @@ def test_a_delivery_timeout_while_the_replica_is_frozen_does_not_stop_later_send
     """The timed-out batch may or may not be in the log (it was sent); it is there at most once,
     and everything sent after it is acknowledged in order (KIP-360: a new epoch, sequence 0)."""
     topic = fresh_topic(cluster, 1)
-    producer = cluster.producer(linger_ms=0, request_timeout_ms=300, delivery_timeout_ms=1500,
+    # The delivery timeout bounds every send of this producer, not only the one sent into the pause:
+    # it is short enough to expire during the pause, under the replica's 9 s session (no fencing).
+    producer = cluster.producer(linger_ms=0, request_timeout_ms=1000, delivery_timeout_ms=5000,
                                 retry_backoff_ms=50)
     producer.send(topic, b"first").get(timeout=30)
     pid = cluster.admin().describe_partitions(topic)[0]["pid"]
@@ -73,8 +75,10 @@ def test_a_delivery_timeout_while_the_replica_is_frozen_does_not_stop_later_send
             producer.send(topic, b"maybe").get(timeout=30)
     finally:
         os.kill(pid, signal.SIGCONT)
-    futures = [producer.send(topic, b"%d" % i) for i in range(1000)]
-    offsets = [f.get(timeout=60).offset for f in futures]
+    offsets = []
+    for wave in range(10):  # each wave's 100 sends are far inside the delivery timeout, even loaded
+        futures = [producer.send(topic, b"%d" % i) for i in range(wave * 100, wave * 100 + 100)]
+        offsets += [f.get(timeout=60).offset for f in futures]
     assert offsets == sorted(offsets) and len(set(offsets)) == 1000
     producer.close()
     values = values_of(cluster, topic, offsets[-1] + 1)

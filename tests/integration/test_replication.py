@@ -7,12 +7,14 @@ like a stalled disk or a GC pause) and resumed with SIGCONT.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 import uuid
 from pathlib import Path
 
 import pytest
+import ray
 
 from raylog.errors import (
     InvalidConfigError, InvalidReplicationFactorError, NotEnoughReplicasError,
@@ -63,14 +65,16 @@ def followers(sim, topic: str) -> list[dict]:
 def test_replicas_live_on_distinct_worker_nodes_and_leaders_spread(sim):
     topic = new_topic(sim, partitions=6, rf=3)
     # A follower starved past the lag time on a loaded machine is out of the ISR until it catches up.
-    wait_for(lambda: all(len(p["isr"]) == 3 for p in sim.cluster.admin().describe_partitions(topic)), timeout_s=120)
-    desc = sim.cluster.admin().describe_topics([topic])[0]
+    def in_sync():
+        desc = sim.cluster.admin().describe_topics([topic])[0]
+        return desc if all(p.isr == (0, 1, 2) for p in desc.partitions) else None
+
+    desc = wait_for(in_sync, timeout_s=120)
     head = sim.raylog_node(sim.head_id())
     leaders = [p.leader.node_id for p in desc.partitions]
     for p in desc.partitions:
         nodes = [r.node_id for r in p.replicas]
         assert len(set(nodes)) == 3 and head not in nodes
-        assert p.isr == (0, 1, 2)
     assert sorted(leaders.count(n) for n in set(leaders)) == [2, 2, 2]
     for p in desc.partitions:
         for r in p.replicas:
@@ -82,7 +86,9 @@ def test_the_controller_runs_on_rays_head_node(sim):
     assert described["controller"]["ray_node_id"] == sim.head_id()
     assert described["controller"]["node_id"] == described["head_node"] == sim.raylog_node(sim.head_id())
     assert sorted(n["ray_node_id"] for n in described["nodes"]) == sorted(sim.node_ids())
-    assert all(n["state"] == "alive" for n in described["nodes"])
+    # A node whose replicas were fenced for a stall under load is "registered" until they heartbeat.
+    wait_for(lambda: all(n["state"] == "alive" for n in sim.cluster.admin().describe_cluster()["nodes"]),
+             timeout_s=120, describe=lambda: sim.cluster.admin().describe_cluster()["nodes"])
 
 
 def test_every_in_sync_replica_has_an_acks_all_record_before_it_is_acknowledged(sim):
@@ -120,14 +126,17 @@ def test_acks_other_than_0_1_all_is_refused(sim, acks):
 
 def test_a_stopped_follower_leaves_the_isr_and_acks_all_keeps_working_until_too_few_remain(sim):
     topic = new_topic(sim, min_insync_replicas=2)
+    # The sends that must succeed retry NotEnoughReplicas (a running follower starved past LAG_MS
+    # is out for a moment); only the send that must fail gives up after one retry.
+    patient = sim.cluster.producer(acks="all")
     strict = sim.cluster.producer(acks="all", retries=1, retry_backoff_ms=50, request_timeout_ms=5000)
-    strict.send(topic, b"warm").get(timeout=30)
+    patient.send(topic, b"warm").get(timeout=60)
     paused = [r["pid"] for r in followers(sim, topic)]
     assert len(paused) == 2
     pause(paused[0])
     try:
         wait_for(lambda: len(isr(sim, topic)) == 2, timeout_s=LAG_MS / 1000 + 20)
-        assert strict.send(topic, b"two in sync").get(timeout=30).offset == 1
+        assert patient.send(topic, b"two in sync").get(timeout=150).offset == 1
         pause(paused[1])
         wait_for(lambda: len(isr(sim, topic)) == 1, timeout_s=LAG_MS / 1000 + 20)
         with pytest.raises(NotEnoughReplicasError):
@@ -139,10 +148,12 @@ def test_a_stopped_follower_leaves_the_isr_and_acks_all_keeps_working_until_too_
         for pid in paused:
             os.kill(pid, signal.SIGCONT)
     wait_for(lambda: len(isr(sim, topic)) == 3, timeout_s=120)
-    assert strict.send(topic, b"back in sync").get(timeout=30).offset >= 3
-    ends = {r["log_end_offset"] for r in replicas(sim, topic).values()}
-    assert len(ends) == 1, "the resumed followers caught up"
+    assert patient.send(topic, b"back in sync").get(timeout=150).offset >= 3
+    # A follower out of the ISR again when the ack came is not waited for: it catches up after.
+    wait_for(lambda: len({r["log_end_offset"] for r in replicas(sim, topic).values()}) == 1, timeout_s=120,
+             describe=lambda: replicas(sim, topic))  # the resumed followers caught up
     strict.close()
+    patient.close()
 
 
 def test_an_old_leader_with_unreplicated_batches_drops_exactly_those_when_it_returns(sim):
@@ -154,10 +165,18 @@ def test_an_old_leader_with_unreplicated_batches_drops_exactly_those_when_it_ret
     committed = [producer.send(topic, b"committed-%d" % i).get(timeout=30).offset for i in range(5)]
     wait_for(lambda: len({r["log_end_offset"] for r in replicas(sim, topic).values()}) == 1, timeout_s=120)
     old = next(r for r in replicas(sim, topic).values() if r["role"] == "leader")
+    handle = ray.get(sim.cluster.controller.replica_handles.remote(topic, 0))[old["replica_id"]]
+
+    def open_fetches() -> int:  # asked of the leader alone: paused followers answer nothing
+        return ray.get(handle.attach.remote(), timeout=60)["replication"]["follower_fetches_open"]
+
+    wait_for(lambda: open_fetches() >= 1, timeout_s=120)  # idle followers' fetches park at the leader
     paused = [r["pid"] for r in followers(sim, topic)]
     for pid in paused:
         pause(pid)
-    time.sleep(1.0)  # their parked fetches answer empty, so nothing below is on its way to them
+    # Their parked fetches answer empty (at replica_fetch_wait_max_ms), so nothing sent below is on
+    # its way to them: a fetch still open when the records came would carry them.
+    wait_for(lambda: open_fetches() == 0, timeout_s=120, describe=open_fetches)
     try:
         lost = [producer.send(topic, b"unreplicated-%d" % i).get(timeout=30).offset for i in range(3)]
         assert lost == [5, 6, 7]
@@ -210,8 +229,15 @@ def test_preferred_leader_election_moves_leadership_back_to_the_first_replica(si
     wait_for(lambda: sim.cluster.admin().describe_partitions(topic)[0]["leader"] not in (0, -1), timeout_s=120)
     wait_for(lambda: isr(sim, topic) == [0, 1, 2], timeout_s=120)
     assert sim.cluster.admin().describe_partitions(topic)[0]["leader"] != 0, "automatic rebalance is off here"
-    moved = sim.cluster.admin().elect_leaders([TopicPartition(topic, 0)])
-    assert moved == [TopicPartition(topic, 0)]
+
+    def elected() -> bool:
+        # Replica 0 must be in the ISR when the election runs; a loaded machine can drop it for a
+        # moment (see LAG_MS), and then nothing moves: wait for it and elect again.
+        if isr(sim, topic) != [0, 1, 2]:
+            return False
+        return sim.cluster.admin().elect_leaders([TopicPartition(topic, 0)]) == [TopicPartition(topic, 0)]
+
+    wait_for(elected, timeout_s=120)
     info = sim.cluster.admin().describe_partitions(topic)[0]
     assert info["leader"] == 0 and info["leader_epoch"] == 2
     producer.send(topic, b"after").get(timeout=30)
@@ -234,8 +260,9 @@ def test_a_partition_is_reassigned_to_other_nodes_after_the_new_replica_catches_
              and len(admin.describe_partitions(topic)[0]["isr"]) == 2, timeout_s=120)
     wait_for(lambda: not old_dir.exists(), timeout_s=120)
     producer.send_batch(topic, [b"x"] * 10).wait(timeout=60)
-    ends = {r["log_end_offset"] for r in admin.describe_replicas(topic, 0)}
-    assert ends == {1010}
+    # Both replicas get there; one starved out of the ISR when the ack came catches up after it.
+    wait_for(lambda: {r["log_end_offset"] for r in admin.describe_replicas(topic, 0)} == {1010}, timeout_s=120,
+             describe=lambda: admin.describe_replicas(topic, 0))
     producer.close()
 
 
@@ -276,8 +303,15 @@ def test_the_cli_describes_partitions_and_elects_preferred_leaders(sim, capsys):
     out = wait_for(in_sync, timeout_s=120)  # a follower can be out for a moment: see LAG_MS
     assert f"topic {topic}: 2 partitions" in out and "leader 0 (epoch 0)" in out
     wait_for(lambda: topic not in said("topics", "describe", "--under-replicated"), timeout_s=120)
-    assert cli.main(["partitions", "elect-leaders", topic]) == 0
-    assert "preferred leader elected for 0 partitions" in capsys.readouterr().out
+
+    def preferred_leaders_lead() -> bool:
+        # Nothing moves when every leader is its preferred replica already; a leader fenced under
+        # load in the meantime is moved back by this same command once its replica is in sync.
+        out = said("partitions", "elect-leaders", topic)
+        assert re.fullmatch(r"preferred leader elected for \d+ partitions(: .*)?\n", out), out
+        return [p["leader"] for p in sim.cluster.admin().describe_partitions(topic)] == [0, 0]
+
+    wait_for(preferred_leaders_lead, timeout_s=120)
 
 
 def test_with_no_in_sync_replica_alive_the_partition_stays_offline_unless_unclean_election_is_on(sim):

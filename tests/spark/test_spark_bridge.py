@@ -380,7 +380,8 @@ def test_a_stream_restarted_after_a_crash_runs_the_planned_batch_again_then_cont
     member = cluster.consumer(group_id=group, enable_auto_commit=False)
     member.subscribe([topic])
     try:
-        member.poll(timeout_ms=3000)
+        # The group must have an active member before the stream is asked for: wait for its join.
+        wait_for(lambda: member.poll(timeout_ms=200) is not None and member.assignment(), timeout_s=120)
         with pytest.raises(IllegalStateError, match="active members"):
             spark_bridge.stream(spark, topic, group, crashing)
     finally:

@@ -245,8 +245,8 @@ def test_a_follower_reader_reads_only_a_follower_page_and_a_leader_reader_only_a
 def _wait_for_publication(directory: str, started, result) -> None:
     view = ReadView(directory)
     snap = view.snapshot()
+    begun = time.monotonic()  # before the parent is told: a preemption here still counts as asleep
     started.set()
-    begun = time.monotonic()
     view.wait(snap, 20.0)
     result.put((time.monotonic() - begun, view.snapshot().high_watermark))
 
