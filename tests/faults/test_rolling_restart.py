@@ -131,6 +131,8 @@ def test_a_rolling_restart_with_drain_loses_nothing_and_keeps_every_partition_le
         final_committed = {(chaos.GROUP, p): o for p, o in chaos.committed(cluster, chaos.GROUP).items()}
     anomalies = history.check(final, final_committed=final_committed, drained=True)
     anomalies.update({"committed-offsets-backwards": lost} if (lost := work.group.lost_commits(final_committed)) else {})
+    if anomalies:
+        print(history.report(anomalies, examples_max=5))  # whole examples: the assertion's repr is cut short
     assert anomalies == {}, {k: v[:5] for k, v in anomalies.items()}
     assert len(history.acked) > 1500
 

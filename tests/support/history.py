@@ -151,6 +151,9 @@ ANOMALIES = (
 
 SKIPPED_SHOWN_MAX = 10
 """Offsets listed in one poll-skip example; the example also gives the full count."""
+CONTEXT_SHOWN_MAX = 30
+"""Ops listed as a session poll-skip's ``context`` (what the session and the partition's other
+readers did around it), so that one failed run says how the session got past the records."""
 
 
 def value_of(key: bytes, n: int) -> bytes:
@@ -542,8 +545,23 @@ class _Checker:
                                 self.found["poll-skip"].append({
                                     "kind": "session", "consumer": op.process, "partition": partition,
                                     "offsets": [before, offset], "skipped": skipped[:SKIPPED_SHOWN_MAX],
-                                    "skipped_count": len(skipped), "ops": [before_op, op.index]})
+                                    "skipped_count": len(skipped), "ops": [before_op, op.index],
+                                    "context": self._skip_context(op.process, partition, before_op, op.index)})
                     positions[partition] = (offset, op.index)
+
+    def _skip_context(self, consumer: str, partition: int, first: int, last: int) -> list[str]:
+        """The session's last assignment changes before op ``first``, then, between ``first`` and
+        ``last``, its own ops and every other session's polls of ``partition``: one line each."""
+        def line(op: Op) -> str:
+            if op.f == "poll":
+                p, offsets, _ = op.value
+                return f"#{op.index} {op.process} poll p{p} {offsets[0]}..{offsets[-1]} ({len(offsets)})"
+            return f"#{op.index} {op.process} {op.f} {op.value!r}"
+
+        earlier = [op for op in self.ops[:first] if op.process == consumer and op.f in ("assigned", "revoked", "seek")]
+        between = [op for op in self.ops[first + 1:last] if op.process == consumer or (
+            op.f == "poll" and op.value[0] == partition and op.process not in self.unordered)]
+        return [line(op) for op in earlier[-3:] + between][:CONTEXT_SHOWN_MAX]
 
     def _committed_sequences(self) -> dict[tuple[str, int], list[tuple[int, str]]]:
         sequences: dict[tuple[str, int], list[tuple[int, str]]] = defaultdict(list)

@@ -166,7 +166,20 @@ def test_a_session_jumping_over_records_of_the_final_log_is_a_poll_skip():
     anomalies = history.check({0: log_of(A, B, C)})
     assert set(anomalies) == {"poll-skip"}
     assert anomalies["poll-skip"] == [{"kind": "session", "consumer": "g/c", "partition": 0, "offsets": [0, 2],
-                                       "skipped": [1], "skipped_count": 1, "ops": [6, 7]}]
+                                       "skipped": [1], "skipped_count": 1, "ops": [6, 7], "context": []}]
+
+
+def test_a_session_poll_skip_says_what_the_session_and_the_partitions_other_readers_did_around_it():
+    history = History()
+    for offset, value in enumerate((A, B, C)):
+        sent(history, "p", value, 0, offset)
+    history.assigned("g/c", [0])
+    history.poll("g/c", 0, [0], [A])
+    history.poll("g/d", 0, [1], [B])
+    history.poll("g/d", 1, [7], [A])
+    history.poll("g/c", 0, [2], [C])
+    (example,) = history.check({0: log_of(A, B, C)})["poll-skip"]
+    assert example["context"] == ["#6 g/c assigned (0,)", "#8 g/d poll p0 1..1 (1)"]
 
 
 def test_a_gap_in_offsets_is_no_poll_skip_when_the_final_log_has_nothing_there():
