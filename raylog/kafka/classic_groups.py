@@ -13,7 +13,7 @@ Follows Kafka's GroupCoordinator for the classic protocol, simplified to one coo
 - The leader's SyncGroup hands out the assignments; a follower's SyncGroup waits for it.
 - Heartbeats keep a member; a heartbeat during a rebalance answers REBALANCE_IN_PROGRESS (rejoin).
   A member silent for its session timeout is removed and the others rebalance, except while it
-  waits in a join (its join is its heartbeat).
+  waits in a join (its join is its heartbeat; its session starts again when the join completes).
 - LeaveGroup removes members at once (no session timeout to wait out).
 - A commit names its generation and member, and is taken while the group is stable or preparing
   a rebalance (a member commits before it rejoins), not while the new generation's assignment is
@@ -194,8 +194,13 @@ class ClassicGroups:
         group.protocol_name = _choose_protocol(group)
         logger.info("event=classic_group_generation group=%s generation=%d members=%d protocol=%s leader=%s",
                     group.group_id, group.generation_id, len(group.members), group.protocol_name, group.leader)
+        now = self._now()
         for m in group.members.values():
             m.assignment = b""
+            # The wait in the join was its heartbeat: its session starts again now, as Kafka's
+            # completeAndScheduleNextHeartbeatExpiration does (else one that waited past it for a
+            # slow member is expired as the generation forms, and the group rebalances again).
+            m.last_seen = now
             m.join.set_result(self._join_result(group, m))
 
     def _join_result(self, group: Group, member: Member) -> JoinResult:

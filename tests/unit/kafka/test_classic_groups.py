@@ -73,6 +73,36 @@ def test_a_silent_member_is_expired_and_the_rest_rebalance():
     asyncio.run(run())
 
 
+def test_members_that_waited_in_a_join_past_their_session_are_not_expired_when_it_completes():
+    """Kafka starts every member's session again when a join completes: a member that waited there
+    for a slow one to rejoin (within the rebalance timeout) was expired right after the generation
+    formed, and the group rebalanced again (a rolling-restart run's librdkafka members expired 12
+    times in 2.5 minutes, each at a new generation)."""
+    async def run():
+        clock = [0.0]
+        groups = ClassicGroups(now=lambda: clock[0])
+        a, b = await stable_group(groups, 2)  # 10 s sessions
+        clock[0] = 1.0
+        newcomer = asyncio.ensure_future(join(groups, client="n"))
+        a_again = asyncio.ensure_future(join(groups, a.member_id))
+        await asyncio.sleep(0)
+        assert groups.group("g").state == PREPARING
+        clock[0] = 9.0
+        assert groups.heartbeat("g", b.member_id, 1) == ErrorCode.rebalance_in_progress
+        assert groups.expire() == [], "a member waiting in its join is not expired"
+        clock[0] = 15.0  # b rejoins after a's and the newcomer's sessions, counted from their joins
+        b_again = await join(groups, b.member_id)
+        joined = [await a_again, await newcomer, b_again]
+        assert {r.generation_id for r in joined} == {2}
+        clock[0] = 15.5
+        assert groups.expire() == [], "every member's session starts again when the join completes"
+        leader = next(r for r in joined if r.member_id == r.leader)
+        synced = await asyncio.gather(groups.sync("g", leader.member_id, 2, {r.member_id: b"x" for r in joined}),
+                                      *(groups.sync("g", r.member_id, 2, {}) for r in joined if r is not leader))
+        assert [code for code, _ in synced] == [ErrorCode.none] * 3 and groups.group("g").state == STABLE
+    asyncio.run(run())
+
+
 def test_a_member_that_never_rejoins_is_dropped_when_the_rebalance_times_out():
     async def run():
         groups = ClassicGroups()
