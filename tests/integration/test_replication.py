@@ -58,6 +58,11 @@ def isr(sim, topic: str, partition: int = 0) -> list[int]:
     return sim.cluster.admin().describe_partitions(topic)[partition]["isr"]
 
 
+def log_ends(sim, topic: str) -> set[int]:
+    """The distinct log end offsets of partition 0's replicas (one when they agree)."""
+    return {r["log_end_offset"] for r in replicas(sim, topic).values()}
+
+
 def followers(sim, topic: str) -> list[dict]:
     return [r for r in replicas(sim, topic).values() if r.get("role") == "follower"]
 
@@ -150,7 +155,7 @@ def test_a_stopped_follower_leaves_the_isr_and_acks_all_keeps_working_until_too_
     wait_for(lambda: len(isr(sim, topic)) == 3, timeout_s=120)
     assert patient.send(topic, b"back in sync").get(timeout=150).offset >= 3
     # A follower out of the ISR again when the ack came is not waited for: it catches up after.
-    wait_for(lambda: len({r["log_end_offset"] for r in replicas(sim, topic).values()}) == 1, timeout_s=120,
+    wait_for(lambda: len(log_ends(sim, topic)) == 1, timeout_s=120,
              describe=lambda: replicas(sim, topic))  # the resumed followers caught up
     strict.close()
     patient.close()
@@ -163,7 +168,7 @@ def test_an_old_leader_with_unreplicated_batches_drops_exactly_those_when_it_ret
     topic = new_topic(sim, min_insync_replicas=1)
     producer = sim.cluster.producer(acks=1, linger_ms=0)
     committed = [producer.send(topic, b"committed-%d" % i).get(timeout=30).offset for i in range(5)]
-    wait_for(lambda: len({r["log_end_offset"] for r in replicas(sim, topic).values()}) == 1, timeout_s=120)
+    wait_for(lambda: len(log_ends(sim, topic)) == 1, timeout_s=120)
     old = next(r for r in replicas(sim, topic).values() if r["role"] == "leader")
     handle = ray.get(sim.cluster.controller.replica_handles.remote(topic, 0))[old["replica_id"]]
 
@@ -261,8 +266,7 @@ def test_a_partition_is_reassigned_to_other_nodes_after_the_new_replica_catches_
     wait_for(lambda: not old_dir.exists(), timeout_s=120)
     producer.send_batch(topic, [b"x"] * 10).wait(timeout=60)
     # Both replicas get there; one starved out of the ISR when the ack came catches up after it.
-    wait_for(lambda: {r["log_end_offset"] for r in admin.describe_replicas(topic, 0)} == {1010}, timeout_s=120,
-             describe=lambda: admin.describe_replicas(topic, 0))
+    wait_for(lambda: log_ends(sim, topic) == {1010}, timeout_s=120, describe=lambda: replicas(sim, topic))
     producer.close()
 
 
@@ -282,7 +286,7 @@ def test_a_topic_deleted_while_a_replica_was_stopped_is_not_reopened_by_a_new_to
     assert [r.value for r in consume_all(consumer, 5, timeout_s=120)] == [b"new-%d" % i for i in range(5)]
     # Waited for: a follower starved out of the ISR when the ack came catches up after it (an old
     # log reopened would hold 55 and never come to 5).
-    wait_for(lambda: {r["log_end_offset"] for r in replicas(sim, topic).values()} == {5}, timeout_s=120,
+    wait_for(lambda: log_ends(sim, topic) == {5}, timeout_s=120,
              describe=lambda: replicas(sim, topic))
     producer.close()
 

@@ -849,6 +849,12 @@ class Workload:
         for p, o in self.kafka.acknowledged.items():
             self.kafka_acknowledged[p] = max(o, self.kafka_acknowledged.get(p, 0))
 
+    def lost_commits(self, final_committed: dict[tuple[str, int], int]) -> list[dict]:
+        """Both groups' acknowledged commits above their final committed offsets (raylog's group's
+        and the Kafka group's), in the checker's shape."""
+        return self.group.lost_commits(final_committed) + lost_commits(KAFKA_GROUP, self.kafka_acknowledged,
+                                                                        final_committed)
+
     def _stop_lossy(self) -> None:
         if self.lossy is not None:
             self.lossy.stop()
@@ -1078,10 +1084,8 @@ def run(minutes: float, seed: int, data_root: str | None = None, spark: bool = F
         anomalies = history.check(final, final_committed=final_committed, drained=drained)
         if spark:
             anomalies.update(lossy_found)
-        for lost in (group.lost_commits(final_committed),
-                     lost_commits(KAFKA_GROUP, work.kafka_acknowledged, final_committed)):
-            if lost:
-                anomalies.setdefault("committed-offsets-backwards", []).extend(lost)
+        if lost := work.lost_commits(final_committed):
+            anomalies.setdefault("committed-offsets-backwards", []).extend(lost)
         if injector.intrusions:
             anomalies["intrusion"] = [f"{injector.intrusions} requests of a process without the secret answered"]
         session_s = CLUSTER_CONFIG["replica_session_timeout_ms"] / 1000
