@@ -432,19 +432,22 @@ class Consumer:
                timeout_ms: int | None = None) -> None:
         """Commit ``offsets`` (default: the position of every partition this consumer owns, i.e. past
         every record poll() returned), after every commit_async() made before it (their callbacks
-        included), as Kafka's commitSync. Raises CommitFailedError when the group refuses: this
-        member's epoch is stale or fenced, or a partition moved to another member; KafkaTimeoutError
-        past ``timeout_ms`` (the commit may still land)."""
+        included), as Kafka's commitSync: a retriable error (the group's coordinator restarting,
+        moving or not answering) is tried again until ``timeout_ms`` (default request_timeout_ms).
+        Raises CommitFailedError when the group refuses: this member's epoch is stale or fenced, or a
+        partition moved to another member; the last retriable error, or KafkaTimeoutError, once
+        ``timeout_ms`` has passed (the commit may still land)."""
         self._commit_ordered(self._commit_args(offsets), None if timeout_ms is None else _timeout_s(timeout_ms, 0))
 
     def commit_async(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None,
                      callback: Callable[[dict, BaseException | None], None] | None = None):
         """Commit in the background, after the commits made before it; ``callback(offsets, exception
         or None)`` (default: default_offset_commit_callback) runs on the committer thread. Returns a
-        concurrent.futures.Future."""
+        concurrent.futures.Future. It is not tried again (as Kafka's commitAsync): a retriable error
+        reaches the callback and the future."""
         return self._submit_commit(self._commit_args(offsets), callback or self.config.default_offset_commit_callback)
 
-    def _submit_commit(self, args: dict, callback=None) -> concurrent.futures.Future:
+    def _submit_commit(self, args: dict, callback=None, retry_s: float = 0.0) -> concurrent.futures.Future:
         member = self._member()
         as_member = member is self._group
         if self._committer is None:
@@ -455,7 +458,7 @@ class Consumer:
             error = None
             started = time.monotonic()
             try:
-                member.commit(args, as_member=as_member)
+                member.commit(args, as_member=as_member, retry_s=retry_s)
                 self._metrics.commits.record((time.monotonic() - started) * 1000)
             except RaylogError as exc:
                 error = exc
@@ -474,13 +477,15 @@ class Consumer:
 
     def _commit_ordered(self, args: dict, timeout_s: float | None = None) -> None:
         """Commit now, behind every commit queued before (one thread carries them all, so an older
-        offset can never land last): the synchronous commits of commit(), revocations and close()."""
+        offset can never land last): the synchronous commits of commit(), revocations and close(),
+        each tried again through retriable errors for ``timeout_s`` (default request_timeout_ms)."""
+        retry_s = self._timeout_s if timeout_s is None else timeout_s
         if getattr(self._committing, "inside", False):
             member = self._member()  # a commit_async callback committing: it is the queue's head already
-            member.commit(args, as_member=member is self._group)
+            member.commit(args, as_member=member is self._group, retry_s=retry_s)
             return
         try:
-            self._submit_commit(args).result(timeout_s)
+            self._submit_commit(args, retry_s=retry_s).result(timeout_s)
         except concurrent.futures.TimeoutError:
             raise KafkaTimeoutError(f"the commit did not finish within {timeout_s * 1000:.0f} ms") from None
 

@@ -165,7 +165,7 @@ class GroupMember:
                 except RaylogError as exc:
                     if not exc.retriable:
                         self._error = exc
-                    self._coordinator = None
+                    self._forget_coordinator()
                     self._stop.wait(RETRY_BACKOFF_S)
                     continue
             self._wake.wait(self._interval_s)
@@ -263,20 +263,35 @@ class GroupMember:
 
     # --- offsets --------------------------------------------------------------------------------
 
-    def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata], as_member: bool = True) -> None:
+    def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata], as_member: bool = True,
+               retry_s: float = 0.0) -> None:
         """Commit ``offsets``; CommitFailedError when the coordinator refuses (fenced or stale epoch,
-        or a partition this member no longer owns)."""
+        or a partition this member no longer owns). With ``retry_s`` a retriable error (the
+        coordinator restarting, moving or not answering) is tried again, the coordinator looked up
+        anew, until ``retry_s`` has passed, as Kafka's commitSync does within its timeout."""
         if not offsets:
             return
-        with self._lock:
-            member_id = self.member_id if as_member else None
-            epoch = self.member_epoch if as_member else -1
         payload = [[tp.topic, tp.partition, om.offset, om.metadata] for tp, om in offsets.items()]
-        try:
-            ray_calls.get(self._coordinator_handle().commit_offsets.remote(self.group_id, member_id, epoch, payload),
-                          self._timeout_s)
-        except (FencedMemberEpochError, UnknownMemberIdError) as exc:
-            raise CommitFailedError(f"group {self.group_id!r} refused the commit: {exc}") from None
+        deadline = time.monotonic() + retry_s
+
+        def attempt() -> None:
+            # Each attempt names the member's epoch as it is then, as Kafka's retries carry the
+            # current generation: a rebalance meanwhile gets the refusal the coordinator gives.
+            with self._lock:
+                member_id = self.member_id if as_member else None
+                epoch = self.member_epoch if as_member else -1
+            timeout_s = (max(ray_calls.RETRY_BACKOFF_S, min(self._timeout_s, deadline - time.monotonic())) if retry_s
+                         else self._timeout_s)
+            try:
+                ray_calls.get(self._coordinator_handle().commit_offsets.remote(self.group_id, member_id, epoch,
+                                                                               payload), timeout_s)
+            except (FencedMemberEpochError, UnknownMemberIdError) as exc:
+                raise CommitFailedError(f"group {self.group_id!r} refused the commit: {exc}") from None
+
+        ray_calls.with_retries(attempt, retry_s, on_retry=self._forget_coordinator)
+
+    def _forget_coordinator(self) -> None:
+        self._coordinator = None
 
     def fetch_committed(self, partitions: Iterable[TopicPartition],
                         timeout_s: float | None = None) -> dict[TopicPartition, OffsetAndMetadata]:
