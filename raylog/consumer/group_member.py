@@ -272,7 +272,8 @@ class GroupMember:
         if not offsets:
             return
         payload = [[tp.topic, tp.partition, om.offset, om.metadata] for tp, om in offsets.items()]
-        deadline = time.monotonic() + retry_s
+        # Without retries the one attempt has the whole request timeout.
+        deadline = time.monotonic() + (retry_s or self._timeout_s)
 
         def attempt() -> None:
             # Each attempt names the member's epoch as it is then, as Kafka's retries carry the
@@ -280,8 +281,7 @@ class GroupMember:
             with self._lock:
                 member_id = self.member_id if as_member else None
                 epoch = self.member_epoch if as_member else -1
-            timeout_s = (max(ray_calls.RETRY_BACKOFF_S, min(self._timeout_s, deadline - time.monotonic())) if retry_s
-                         else self._timeout_s)
+            timeout_s = max(ray_calls.RETRY_BACKOFF_S, min(self._timeout_s, deadline - time.monotonic()))
             try:
                 ray_calls.get(self._coordinator_handle().commit_offsets.remote(self.group_id, member_id, epoch,
                                                                                payload), timeout_s)
