@@ -214,6 +214,73 @@ def test_count_of_a_topic_compacted_once_counts_its_records_not_its_offsets(clus
     assert load(spark, topic).count() == len(rows)
 
 
+def executed_plan(df) -> str:
+    return df._jdf.queryExecution().executedPlan().toString()
+
+
+def key_counts(df) -> dict:
+    return {(None if r["key"] is None else bytes(r["key"])): r["count"] for r in df.groupBy("key").count().collect()}
+
+
+def test_count_grouped_by_key_is_counted_in_the_tasks_and_equals_the_keys_read(cluster, spark):
+    """COUNT(*) grouped by key is pushed into the scan: each task counts the keys of the records it
+    reads where they lie, and Spark sums the tasks' counts. Null and empty keys are groups of their
+    own, a key in several partitions is one group, and a task that meets more distinct keys than it
+    holds at once (KeyCounts.MAX_KEYS, 65,536) hands its counts out in turns, a key's counts in
+    more than one turn summed by Spark."""
+    topic = fresh_topic(cluster, 3)
+    distinct = [b"u%d" % i for i in range(70_000)]
+    by_partition = {
+        0: distinct + distinct,  # every key met again after the task's first turn is full
+        1: [b"k%d" % (i % 7) for i in range(300)] + [None, None, b""],
+        2: [b"k%d" % (i % 3) for i in range(30)] + [None],
+    }
+    producer = cluster.producer()
+    try:
+        futures = [producer.send_batch(topic, [b"v"] * len(keys), keys=keys, partition=p)
+                   for p, keys in by_partition.items()]
+        for future in futures:
+            future.wait(timeout=60)
+    finally:
+        producer.close()
+    expected = Counter(k for keys in by_partition.values() for k in keys)
+    df = load(spark, topic)
+    assert "COUNT(*) per key counted in the tasks" in executed_plan(df.groupBy("key").count())
+    assert key_counts(df) == expected
+    assert key_counts(df.filter("partition IN (1, 2)")) == Counter(by_partition[1] + by_partition[2])
+
+    per_partition = {(r["partition"], None if r["key"] is None else bytes(r["key"])): r["count"]
+                     for r in df.filter("partition > 0").groupBy("partition", "key").count().collect()}
+    assert per_partition == {(p, k): n for p in (1, 2) for k, n in Counter(by_partition[p]).items()}
+
+
+def test_count_grouped_by_partition_comes_from_offsets_and_leaves_empty_partitions_out(cluster, spark):
+    """COUNT(*) grouped by topic or partition is answered per range from its offsets, as COUNT(*)
+    alone; a partition with nothing to read is no group (as an unpushed groupBy gives none), not
+    a group of 0."""
+    topic = fresh_topic(cluster, 4)
+    produce_numbered(cluster, topic, [5, 0, 12, 3])
+    df = load(spark, topic)
+    grouped = df.groupBy("partition").count()
+    assert "COUNT(*) per partition from offsets" in executed_plan(grouped)
+    assert {r["partition"]: r["count"] for r in grouped.collect()} == {0: 5, 2: 12, 3: 3}
+    assert {r["partition"]: r["count"] for r in df.filter("offset >= 4").groupBy("partition").count().collect()} \
+        == {0: 1, 2: 8}
+    assert [(r["topic"], r["count"]) for r in df.groupBy("topic").count().collect()] == [(topic, 20)]
+
+
+def test_count_grouped_by_key_of_a_compacted_topic_counts_the_records_left(cluster, spark):
+    """A compacted log has gaps, so COUNT(*) per partition is not taken from its offsets there;
+    per key, it counts the records compaction left, as a read of every key does."""
+    topic = compacted_topic(cluster)
+    df = load(spark, topic)
+    keys = Counter(bytes(r["key"]) for r in df.select("key").collect())
+    assert sum(keys.values()) < 600, "compaction removed superseded records"
+    assert key_counts(df) == keys
+    assert "from offsets" not in executed_plan(df.groupBy("partition").count())
+    assert {r["partition"]: r["count"] for r in df.groupBy("partition").count().collect()} == {0: sum(keys.values())}
+
+
 def test_subscribe_pattern_is_a_java_regular_expression_as_in_spark(cluster, spark):
     """Finding 10 of issue 32: Spark's Kafka source matches subscribePattern with Java's regular
     expressions; raylog compiled it with Python's, which refuses Java's classes (\\p{Alnum}) and

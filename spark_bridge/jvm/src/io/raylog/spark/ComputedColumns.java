@@ -116,6 +116,20 @@ final class ComputedColumns {
       Platform.copyMemory(null, data + start, bytes, Platform.BYTE_ARRAY_OFFSET, length);
       return bytes;
     }
+
+    /** Every row counted in {@code counts} where it lies, no {@code byte[]} made. */
+    void countInto(KeyCounts counts) {
+      int start = Platform.getInt(null, offsets);
+      for (int rowId = 0; rowId < n; rowId++) {
+        int end = Platform.getInt(null, offsets + 4L * (rowId + 1));
+        if (isNullAt(rowId)) {
+          counts.addNulls(1);
+        } else {
+          counts.add(null, data + start, end - start);
+        }
+        start = end;
+      }
+    }
   }
 
   /** A non-null long column; everything but getLong is refused. */

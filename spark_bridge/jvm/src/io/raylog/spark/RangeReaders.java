@@ -19,7 +19,9 @@ import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.metric.CustomTaskMetric;
+import org.apache.spark.sql.vectorized.ColumnVector;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
+import org.apache.spark.unsafe.types.UTF8String;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -31,8 +33,9 @@ import org.slf4j.LoggerFactory;
  * the range's end, following the leader through elections, and hands Spark one ColumnarBatch
  * per record batch. A range is read completely or the task fails: records removed meanwhile
  * fail it unless failOnDataLoss is off (then they are skipped with a warning), and a leader
- * absent for {@link #STALL_TIMEOUT_MS} fails it. Under COUNT(*) pushdown a task answers one
- * row, the range's size, after checking its records are still there.
+ * absent for {@link #STALL_TIMEOUT_MS} fails it. Under COUNT(*) pushdown a task answers rows:
+ * grouped by nothing, topic or partition, one, the range's size from its offsets, after checking
+ * its records are still there; grouped by key as well, a count per key of the records it reads.
  */
 final class RangeReaders implements PartitionReaderFactory {
   private static final Logger LOG = LoggerFactory.getLogger(RangeReaders.class);
@@ -51,12 +54,16 @@ final class RangeReaders implements PartitionReaderFactory {
   private final String[] columns;
   private final boolean failOnDataLoss;
   private final boolean countOnly;
+  /** Under COUNT(*) pushdown, the columns it is grouped by (of key, topic and partition), in the
+   *  order its rows give them before the count. */
+  private final String[] grouping;
 
-  RangeReaders(String namespace, String[] columns, boolean failOnDataLoss, boolean countOnly) {
+  RangeReaders(String namespace, String[] columns, boolean failOnDataLoss, boolean countOnly, String[] grouping) {
     this.namespace = namespace;
     this.columns = columns;
     this.failOnDataLoss = failOnDataLoss;
     this.countOnly = countOnly;
+    this.grouping = grouping;
   }
 
   @Override
@@ -69,8 +76,34 @@ final class RangeReaders implements PartitionReaderFactory {
     if (!countOnly) {
       throw new IllegalStateException("raylog reads are columnar; rows only answer COUNT(*)");
     }
-    return new CountReader((RangePartition) partition, new Leader(namespace, (RangePartition) partition),
-        failOnDataLoss);
+    RangePartition r = (RangePartition) partition;
+    if (java.util.Arrays.asList(grouping).contains("key")) {
+      return new KeyCountReader(r, new ColumnarReader(r, new Leader(namespace, r), new String[] {"key"},
+          failOnDataLoss), grouping);
+    }
+    return new CountReader(r, new Leader(namespace, r), failOnDataLoss, grouping);
+  }
+
+  /** A row of grouped COUNT(*): the range's value of each grouping column, then the count. */
+  static InternalRow countRow(String[] grouping, RangePartition range, byte[] key, long count) {
+    Object[] values = new Object[grouping.length + 1];
+    for (int i = 0; i < grouping.length; i++) {
+      switch (grouping[i]) {
+        case "key":
+          values[i] = key;
+          break;
+        case "topic":
+          values[i] = UTF8String.fromString(range.topic);
+          break;
+        case "partition":
+          values[i] = range.partition;
+          break;
+        default:
+          throw new IllegalArgumentException("COUNT(*) is not grouped by " + grouping[i]);
+      }
+    }
+    values[grouping.length] = count;
+    return new GenericInternalRow(values);
   }
 
   @Override
@@ -455,17 +488,20 @@ final class RangeReaders implements PartitionReaderFactory {
     }
   }
 
-  /** COUNT(*) of a range from its offsets, once the leader shows its records are still there. */
+  /** COUNT(*) of a range from its offsets, once the leader shows its records are still there,
+   *  after the range's topic and partition when grouped by them. */
   static final class CountReader implements PartitionReader<InternalRow> {
     private final RangePartition range;
     private final Leader leader;
     private final boolean failOnDataLoss;
+    private final String[] grouping;
     private InternalRow row;
 
-    CountReader(RangePartition range, Leader leader, boolean failOnDataLoss) {
+    CountReader(RangePartition range, Leader leader, boolean failOnDataLoss, String[] grouping) {
       this.range = range;
       this.leader = leader;
       this.failOnDataLoss = failOnDataLoss;
+      this.grouping = grouping;
     }
 
     @Override
@@ -474,8 +510,9 @@ final class RangeReaders implements PartitionReaderFactory {
         return false;
       }
       if (range.until <= range.from) {
-        row = new GenericInternalRow(new Object[] {0L});  // nothing to read: a zero, so the sum is not NULL
-        return true;
+        // Nothing to read: ungrouped, a zero, so Spark's sum is not NULL; grouped, no group.
+        row = countRow(grouping, range, null, 0L);
+        return grouping.length == 0;
       }
       while (true) {
         RayCalls.FetchReply answer;
@@ -509,8 +546,9 @@ final class RangeReaders implements PartitionReaderFactory {
           start = part[0];
           until = Math.min(range.until, part[1]);
         }
-        row = new GenericInternalRow(new Object[] {Math.max(0, until - start)});
-        return true;
+        long count = Math.max(0, until - start);
+        row = countRow(grouping, range, null, count);
+        return count > 0 || grouping.length == 0;
       }
     }
 
@@ -521,5 +559,74 @@ final class RangeReaders implements PartitionReaderFactory {
 
     @Override
     public void close() {}
+  }
+
+  /** COUNT(*) grouped by key (and the range's topic or partition): the range's records read as
+   *  any other read of their keys, counted per key as they are decoded ({@link KeyCounts}), and
+   *  handed to Spark, which sums each key's counts, whenever the counts held are full and at the
+   *  range's end. */
+  static final class KeyCountReader implements PartitionReader<InternalRow> {
+    private final RangePartition range;
+    private final ColumnarReader records;
+    private final String[] grouping;
+    private final KeyCounts counts = new KeyCounts();
+    private KeyCounts.Drained drained;
+    private int at;
+    private boolean done;
+
+    KeyCountReader(RangePartition range, ColumnarReader records, String[] grouping) {
+      this.range = range;
+      this.records = records;
+      this.grouping = grouping;
+    }
+
+    @Override
+    public boolean next() {
+      if (drained != null && ++at < drained.size) {
+        return true;
+      }
+      drained = null;
+      while (!done && !counts.full()) {
+        if (!records.next()) {
+          done = true;
+          break;
+        }
+        ColumnarBatch batch = records.get();
+        ColumnVector keys = batch.column(0);
+        if (keys instanceof ComputedColumns.Binary) {
+          ((ComputedColumns.Binary) keys).countInto(counts);
+        } else {
+          for (int i = 0; i < batch.numRows(); i++) {  // a batch whose keys are all null
+            if (keys.isNullAt(i)) {
+              counts.addNulls(1);
+            } else {
+              byte[] key = keys.getBinary(i);
+              counts.add(key, org.apache.spark.unsafe.Platform.BYTE_ARRAY_OFFSET, key.length);
+            }
+          }
+        }
+      }
+      if (counts.isEmpty()) {
+        return false;
+      }
+      drained = counts.drain();
+      at = 0;
+      return true;
+    }
+
+    @Override
+    public InternalRow get() {
+      return countRow(grouping, range, drained.keys[at], drained.counts[at]);
+    }
+
+    @Override
+    public CustomTaskMetric[] currentMetricsValues() {
+      return records.currentMetricsValues();
+    }
+
+    @Override
+    public void close() {
+      records.close();
+    }
   }
 }

@@ -7,6 +7,7 @@ import java.util.List;
 import java.util.Set;
 import org.apache.spark.sql.connector.expressions.Expression;
 import org.apache.spark.sql.connector.expressions.LiteralValue;
+import org.apache.spark.sql.connector.expressions.NamedReference;
 import org.apache.spark.sql.connector.expressions.aggregate.AggregateFunc;
 import org.apache.spark.sql.connector.expressions.aggregate.Aggregation;
 import org.apache.spark.sql.connector.expressions.aggregate.Count;
@@ -39,8 +40,10 @@ import org.slf4j.LoggerFactory;
  * A read of raylog planned on Spark's driver: the planner resolves the options into offset
  * ranges (one per partition, split to minPartitions) with the leader's node for each; pushed
  * filters on partition and offset narrow the ranges exactly (so Spark need not evaluate them
- * again); pruned columns are never built; COUNT(*) with nothing else is answered per range from
- * its offsets (topics without compaction only: a compacted log has gaps).
+ * again); pruned columns are never built; COUNT(*), alone or grouped by topic or partition, is
+ * answered per range from its offsets (topics without compaction only: a compacted log has
+ * gaps); COUNT(*) grouped by key (and topic or partition) is counted in the tasks as they read
+ * the keys, Spark summing the tasks' counts.
  */
 final class RaylogScanBuilder implements ScanBuilder, SupportsPushDownRequiredColumns, SupportsPushDownFilters,
     SupportsPushDownAggregates {
@@ -48,6 +51,8 @@ final class RaylogScanBuilder implements ScanBuilder, SupportsPushDownRequiredCo
 
   private static final Set<String> NEVER_NULL =
       new HashSet<>(java.util.Arrays.asList("topic", "partition", "offset", "timestamp", "timestampType"));
+  /** Columns COUNT(*) can be grouped by in the tasks: a range's topic and partition are one value. */
+  private static final Set<String> GROUPABLE = Set.of("key", "topic", "partition");
 
   private final SourceOptions options;
   private StructType required;
@@ -56,6 +61,7 @@ final class RaylogScanBuilder implements ScanBuilder, SupportsPushDownRequiredCo
   private long lowOffset = Long.MIN_VALUE;
   private long highOffset = Long.MAX_VALUE;
   private boolean countOnly;
+  private String[] grouping = new String[0];
   private List<RangePartition> planned;
   private Set<String> compacted;
 
@@ -167,16 +173,28 @@ final class RaylogScanBuilder implements ScanBuilder, SupportsPushDownRequiredCo
   @Override
   public boolean pushAggregation(Aggregation aggregation) {
     AggregateFunc[] funcs = aggregation.aggregateExpressions();
-    if (aggregation.groupByExpressions().length != 0 || funcs.length != 1 || !isCountStar(funcs[0])) {
+    if (funcs.length != 1 || !isCountStar(funcs[0])) {
       return false;
     }
-    plan();
-    for (RangePartition r : planned) {
-      if (compacted.contains(r.topic)) {
+    Expression[] groupBy = aggregation.groupByExpressions();
+    String[] columns = new String[groupBy.length];
+    for (int i = 0; i < groupBy.length; i++) {
+      if (!(groupBy[i] instanceof NamedReference) || ((NamedReference) groupBy[i]).fieldNames().length != 1
+          || !GROUPABLE.contains(((NamedReference) groupBy[i]).fieldNames()[0])) {
         return false;
+      }
+      columns[i] = ((NamedReference) groupBy[i]).fieldNames()[0];
+    }
+    if (!java.util.Arrays.asList(columns).contains("key")) {
+      plan();
+      for (RangePartition r : planned) {
+        if (compacted.contains(r.topic)) {
+          return false;
+        }
       }
     }
     countOnly = true;
+    grouping = columns;
     return true;
   }
 
@@ -193,7 +211,14 @@ final class RaylogScanBuilder implements ScanBuilder, SupportsPushDownRequiredCo
 
   @Override
   public Scan build() {
-    StructType schema = countOnly ? new StructType().add("count(*)", DataTypes.LongType, false) : required;
+    StructType schema = required;
+    if (countOnly) {
+      schema = new StructType();
+      for (String column : grouping) {
+        schema = schema.add(options.schema().apply(column));
+      }
+      schema = schema.add("count(*)", DataTypes.LongType, false);
+    }
     return new RaylogScan(this, schema);
   }
 
@@ -270,7 +295,9 @@ final class RaylogScanBuilder implements ScanBuilder, SupportsPushDownRequiredCo
 
     @Override
     public String description() {
-      return "raylog " + (builder.countOnly ? "COUNT(*) from offsets" : "columns " + String.join(",", schema.fieldNames()))
+      return "raylog " + (!builder.countOnly ? "columns " + String.join(",", schema.fieldNames())
+              : "COUNT(*)" + (builder.grouping.length == 0 ? "" : " per " + String.join(",", builder.grouping))
+              + (java.util.Arrays.asList(builder.grouping).contains("key") ? " counted in the tasks" : " from offsets"))
           + (builder.partitions == null ? "" : ", partitions " + builder.partitions)
           + (builder.lowOffset == Long.MIN_VALUE ? "" : ", offset >= " + builder.lowOffset)
           + (builder.highOffset == Long.MAX_VALUE ? "" : ", offset < " + builder.highOffset);
@@ -301,7 +328,7 @@ final class RaylogScanBuilder implements ScanBuilder, SupportsPushDownRequiredCo
     public InputPartition[] planInputPartitions() {
       if (ranges == null) {
         ranges = builder.ranges();
-        if (builder.countOnly && ranges.isEmpty()) {
+        if (builder.countOnly && builder.grouping.length == 0 && ranges.isEmpty()) {
           // Spark sums the ranges' counts; with no range at all that sum would be NULL, not 0.
           ranges = java.util.Collections.singletonList(new RangePartition("", 0, 0, 0, "", -1, "", null));
         }
@@ -312,7 +339,7 @@ final class RaylogScanBuilder implements ScanBuilder, SupportsPushDownRequiredCo
     @Override
     public PartitionReaderFactory createReaderFactory() {
       return new RangeReaders(builder.options.namespace, columns(schema), builder.options.failOnDataLoss,
-          builder.countOnly);
+          builder.countOnly, builder.grouping);
     }
   }
 

@@ -250,7 +250,7 @@ final class RaylogStream implements MicroBatchStream, SupportsTriggerAvailableNo
 
   @Override
   public PartitionReaderFactory createReaderFactory() {
-    return new RangeReaders(options.namespace, columns, options.failOnDataLoss, false);
+    return new RangeReaders(options.namespace, columns, options.failOnDataLoss, false, new String[0]);
   }
 
   @Override
