@@ -227,7 +227,7 @@ def test_count_grouped_by_key_is_counted_in_the_tasks_and_equals_the_keys_read(c
     reads where they lie, and Spark sums the tasks' counts. Null and empty keys are groups of their
     own, a key in several partitions is one group, and a task that meets more distinct keys than it
     holds at once (KeyCounts.MAX_KEYS, 65,536) hands its counts out in turns, a key's counts in
-    more than one turn summed by Spark."""
+    more than one turn summed by Spark. A batch whose keys are all null counts as many nulls."""
     topic = fresh_topic(cluster, 3)
     distinct = [b"u%d" % i for i in range(70_000)]
     by_partition = {
@@ -241,6 +241,10 @@ def test_count_grouped_by_key_is_counted_in_the_tasks_and_equals_the_keys_read(c
                    for p, keys in by_partition.items()]
         for future in futures:
             future.wait(timeout=60)
+        # A batch sent without keys, after the others so it stays a batch of its own: its key
+        # column is one constant null, not the payload's.
+        producer.send_batch(topic, [b"v"] * 4, partition=2).wait(timeout=60)
+        by_partition[2] += [None] * 4
     finally:
         producer.close()
     expected = Counter(k for keys in by_partition.values() for k in keys)

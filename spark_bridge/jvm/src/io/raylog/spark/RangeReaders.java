@@ -77,11 +77,17 @@ final class RangeReaders implements PartitionReaderFactory {
       throw new IllegalStateException("raylog reads are columnar; rows only answer COUNT(*)");
     }
     RangePartition r = (RangePartition) partition;
-    if (java.util.Arrays.asList(grouping).contains("key")) {
+    if (countsKeys(grouping)) {
       return new KeyCountReader(r, new ColumnarReader(r, new Leader(namespace, r), new String[] {"key"},
           failOnDataLoss), grouping);
     }
     return new CountReader(r, new Leader(namespace, r), failOnDataLoss, grouping);
+  }
+
+  /** Whether COUNT(*) so grouped is counted in the tasks as they read the keys (else it is
+   *  answered per range from offsets). */
+  static boolean countsKeys(String[] grouping) {
+    return java.util.Arrays.asList(grouping).contains("key");
   }
 
   /** A row of grouped COUNT(*): the range's value of each grouping column, then the count. */
@@ -595,15 +601,8 @@ final class RangeReaders implements PartitionReaderFactory {
         ColumnVector keys = batch.column(0);
         if (keys instanceof ComputedColumns.Binary) {
           ((ComputedColumns.Binary) keys).countInto(counts);
-        } else {
-          for (int i = 0; i < batch.numRows(); i++) {  // a batch whose keys are all null
-            if (keys.isNullAt(i)) {
-              counts.addNulls(1);
-            } else {
-              byte[] key = keys.getBinary(i);
-              counts.add(key, org.apache.spark.unsafe.Platform.BYTE_ARRAY_OFFSET, key.length);
-            }
-          }
+        } else {  // BatchDecoder.binary gives a batch whose keys are all null one constant null column
+          counts.addNulls(batch.numRows());
         }
       }
       if (counts.isEmpty()) {

@@ -185,7 +185,7 @@ final class RaylogScanBuilder implements ScanBuilder, SupportsPushDownRequiredCo
       }
       columns[i] = ((NamedReference) groupBy[i]).fieldNames()[0];
     }
-    if (!java.util.Arrays.asList(columns).contains("key")) {
+    if (!RangeReaders.countsKeys(columns)) {
       plan();
       for (RangePartition r : planned) {
         if (compacted.contains(r.topic)) {
@@ -297,7 +297,7 @@ final class RaylogScanBuilder implements ScanBuilder, SupportsPushDownRequiredCo
     public String description() {
       return "raylog " + (!builder.countOnly ? "columns " + String.join(",", schema.fieldNames())
               : "COUNT(*)" + (builder.grouping.length == 0 ? "" : " per " + String.join(",", builder.grouping))
-              + (java.util.Arrays.asList(builder.grouping).contains("key") ? " counted in the tasks" : " from offsets"))
+              + (RangeReaders.countsKeys(builder.grouping) ? " counted in the tasks" : " from offsets"))
           + (builder.partitions == null ? "" : ", partitions " + builder.partitions)
           + (builder.lowOffset == Long.MIN_VALUE ? "" : ", offset >= " + builder.lowOffset)
           + (builder.highOffset == Long.MAX_VALUE ? "" : ", offset < " + builder.highOffset);
