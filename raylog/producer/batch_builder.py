@@ -187,10 +187,10 @@ class BatchBuilder:
         sizes = value_lengths + key_lengths + RECORD_OVERHEAD_BYTES
         if stage.headers is not None:
             sizes += np.fromiter((headers_size(h) if h else 0 for h in stage.headers), dtype=np.int64, count=n)
-        parts = self._partitions(stage, keys, n, key_nulls, key_lengths, sizes)
         limit = self.hard_limit(stage)
         budget = max(1, (limit - BATCH_OVERHEAD_BYTES) * 255 // 256 - 64)
         target = min(self.config.batch_size, budget)
+        parts = self._partitions(stage, keys, n, key_nulls, key_lengths, sizes, target)
         if isinstance(stage.timestamps, int):
             timestamps = np.full(n, stage.timestamps, dtype=np.int64)
         else:
@@ -201,7 +201,9 @@ class BatchBuilder:
         columns = _Columns(stage, keys, values, value_lengths, 0 if value_nulls == 0 else None,
                            key_lengths, n if key_nulls == n else (0 if key_nulls == 0 else None), timestamps)
         batches: list[ProducerBatch] = []
-        for p, idx, contiguous in _groups(parts):
+        # Unkeyed runs are contiguous and each fits ``target``: one batch per run, in send order.
+        groups = _runs(parts) if key_nulls == n and stage.partitions is None else _groups(parts)
+        for p, idx, contiguous in groups:
             tp = TopicPartition(stage.topic, p)
             for piece, piece_contiguous in _pieces(idx, sizes, target, contiguous):
                 batches.append(self._encode(columns, tp, piece, piece_contiguous, sizes, limit))
@@ -214,7 +216,7 @@ class BatchBuilder:
         return batches
 
     def _partitions(self, stage: Stage, keys, n: int, key_nulls: int, key_lengths: np.ndarray,
-                    sizes: np.ndarray) -> np.ndarray:
+                    sizes: np.ndarray, run_bytes: int) -> np.ndarray:
         num = stage.info.num_partitions
         parts = (np.asarray(stage.partitions, dtype=np.int64) if stage.partitions is not None
                  else np.full(n, -1, dtype=np.int64))
@@ -229,8 +231,8 @@ class BatchBuilder:
                     parts[keyed] = partitions_for_keys(keys.column(keyed, False, key_lengths[keyed], 0), num)
         rest = np.flatnonzero(parts == -1)
         if len(rest):
-            # Unkeyed records: runs of about batch_size bytes, sticky first, then round-robin.
-            parts[rest] = self.sticky.runs(stage.topic, num, sizes[rest], self.config.batch_size)
+            # Unkeyed records: runs of up to a batch's bytes, sticky first, then round-robin.
+            parts[rest] = self.sticky.runs(stage.topic, num, sizes[rest], run_bytes)
         return parts
 
     def _encode(self, columns: "_Columns", tp: TopicPartition, idx: np.ndarray, contiguous: bool,
@@ -289,6 +291,13 @@ def _groups(parts: np.ndarray):
     bounds = np.flatnonzero(np.diff(ordered)) + 1
     for idx in np.split(order, bounds):
         yield int(parts[idx[0]]), idx, False
+
+
+def _runs(parts: np.ndarray):
+    """(partition, record indices, True) for each stretch of consecutive records on one partition."""
+    bounds = [0, *(np.flatnonzero(np.diff(parts)) + 1).tolist(), len(parts)]
+    for start, end in zip(bounds, bounds[1:]):
+        yield int(parts[start]), np.arange(start, end), True
 
 
 def _pieces(idx: np.ndarray, sizes: np.ndarray, target: int, contiguous: bool):

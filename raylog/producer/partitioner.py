@@ -146,16 +146,36 @@ class StickyPartitioner:
             self._current[topic] = p if p < previous else p + 1
             self._filled[topic] = 0
 
-    def runs(self, topic: str, num_partitions: int, sizes: np.ndarray, batch_size: int) -> np.ndarray:
-        """Partitions of unkeyed records of these sizes, sent together: runs of about batch_size
-        bytes, the first continuing the sticky partition's run, the next ones round-robin after it;
-        the next call goes on where this one stopped, so many calls spread over every partition."""
+    def runs(self, topic: str, num_partitions: int, sizes: np.ndarray, run_bytes: int) -> np.ndarray:
+        """Partitions of unkeyed records of these sizes, sent together: runs that each close before a
+        record would take them past run_bytes (a larger record runs alone), round-robin over the
+        partitions. Records that fit in what the sticky partition's run has left continue it (a slow
+        producer's small stages fill one partition's batch after another, KIP-480); the next call
+        goes on where this one stopped, so many calls spread over every partition."""
         start = self.partition(topic, num_partitions)
-        before = np.cumsum(sizes) - sizes + self._filled.get(topic, 0)
-        run = before // max(1, batch_size)
-        last = int(run[-1])
-        self._current[topic] = (start + last) % num_partitions
-        self._filled[topic] = int(before[-1] + sizes[-1]) - last * batch_size
+        n = len(sizes)
+        cum = np.cumsum(sizes)
+        run = np.empty(n, dtype=np.int64)
+        filled = self._filled.get(topic, 0)
+        r = i = before = 0
+        if filled and int(cum[-1]) > run_bytes - filled:
+            # More than the sticky run has room for: continuing it would send its rest as a batch
+            # smaller than every other; the records make whole runs from the next partition on.
+            r, filled = 1, 0
+        while i < n:  # once per run: a run is about a batch of records
+            end = int(np.searchsorted(cum, before + run_bytes - filled, side="right"))
+            if end == i:
+                if filled:
+                    r, filled = r + 1, 0
+                    continue
+                end = i + 1
+            run[i:end] = r
+            filled += int(cum[end - 1]) - before
+            before, i = int(cum[end - 1]), end
+            if i < n:
+                r, filled = r + 1, 0
+        self._current[topic] = (start + r) % num_partitions
+        self._filled[topic] = filled
         return (start + run) % num_partitions
 
 

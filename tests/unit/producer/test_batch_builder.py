@@ -156,3 +156,46 @@ def test_a_list_of_keys_or_values_counts_its_nulls_and_lengths(items, nulls, len
     column = ListBinary(items)
     assert (column.nulls, column.lengths().tolist()) == (nulls, lengths)
     assert column.present().tolist() == [x is not None for x in items]
+
+
+def send_order(batches):
+    return sorted(batches, key=lambda b: int(b.indices[0]))
+
+
+@pytest.mark.parametrize("sizes", [[100], [10, 100, 400, 2_000]], ids=["equal", "mixed"])
+def test_unkeyed_runs_fill_each_batch_and_never_split_off_a_record(sizes):
+    """Issue 33: a run took every record that *started* within its batch_size bytes, so the record
+    across the boundary made it one record too large, and the cut sent that record as a batch of its
+    own (1-record batches in every 6 MiB stage, each a call of its own). A run now closes before a
+    record would pass batch_size: each batch but a stage's last is full."""
+    rng = random.Random(3)
+    config = ProducerConfig(batch_size=10_000)
+    builder = BatchBuilder(config, 7)
+    last = None
+    for _ in range(3):
+        values = [b"x" * rng.choice(sizes) for _ in range(1000)]
+        batches = send_order(builder.cut(stage_of(values)))
+        record_sizes = [len(v) + 16 for v in values]
+        assert sum(b.count for b in batches) == 1000
+        assert [v for b in batches for _, v in decode(b)] == values
+        # A later stage's first batch goes on with the run the earlier stage's last batch began.
+        filled = [b.nbytes for b in batches]
+        if last is not None and batches[0].tp.partition == last.tp.partition:
+            filled[0] += last.nbytes
+        assert all(f <= config.batch_size for f in filled)
+        for b, f, after in zip(batches, filled, batches[1:]):
+            assert b.tp.partition != after.tp.partition, "each full run moves on to the next partition"
+            assert f + record_sizes[int(after.indices[0])] > config.batch_size, "a run closed while the next record fit"
+        last = batches[-1]
+
+
+def test_small_unkeyed_stages_stick_to_one_partition_until_its_batch_is_full():
+    """KIP-480 across stages: a slow producer's stages of a few records each continue the sticky
+    partition's run, and move on to another partition once batch_size bytes have gone to it."""
+    config = ProducerConfig(batch_size=10_000)
+    builder = BatchBuilder(config, 7)
+    partitions = []
+    for _ in range(60):  # 5 x 116 bytes a stage: 17 stages fill a run
+        partitions += [b.tp.partition for b in builder.cut(stage_of([b"x" * 100] * 5))]
+    changes = [i for i in range(1, len(partitions)) if partitions[i] != partitions[i - 1]]
+    assert changes[:3] == [17, 34, 51]
