@@ -114,7 +114,8 @@ def main() -> None:
             elapsed = time.monotonic() - t
             written = sum(admin.end_offsets([TopicPartition(TOPIC, p) for p in range(PARTITIONS)]).values())
             print(f"1. Spark wrote {written:,} events of 100 bytes: {written / elapsed:,.0f} records/s "
-                  f"({elapsed:.1f}s, acks=all)")
+                  f"({elapsed:.1f}s, acks=all; Spark's first job in a cold JVM: python -m bench.spark_bench "
+                  "measures it warm)")
 
             Reader, Counter = member_class()
             counter = Counter.remote()
