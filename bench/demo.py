@@ -102,6 +102,12 @@ def main() -> None:
         if getattr(node, "webui_url", None):
             print(f"Ray's dashboard: http://{node.webui_url}; metrics: http://127.0.0.1:{node.metrics_export_port}"
                   f"/metrics (docs/metrics.md); logs: {node.get_logs_dir_path()}")
+        # The group's members join now, while Spark starts: the coordinator has split the partitions
+        # between them by the time they read. Joining as the reads began, the first member's process
+        # (a second or so to start here) read everything before the second had joined.
+        Reader, Counter = member_class()
+        counter = Counter.remote()
+        readers = [Reader.remote(cluster.config.namespace) for _ in range(2)]
         with spark_bridge.session(app_name="raylog-demo") as spark:
             print(f"Spark through RayDP up after {time.monotonic() - began:.0f}s")
             spark.sparkContext.setLogLevel("ERROR")
@@ -117,9 +123,6 @@ def main() -> None:
                   f"({elapsed:.1f}s, acks=all; Spark's first job in a cold JVM: python -m bench.spark_bench "
                   "measures it warm)")
 
-            Reader, Counter = member_class()
-            counter = Counter.remote()
-            readers = [Reader.remote(cluster.config.namespace) for _ in range(2)]
             t = time.monotonic()
             counts = ray.get([r.read.remote(written, counter) for r in readers])
             elapsed = time.monotonic() - t
