@@ -20,6 +20,18 @@ large ints were a fifth of the append: issue 33); the credit goes back when
 the stage closes, and at once whenever a record would otherwise wait for room,
 so credit never makes a send() block.
 
+Hand-off: the send() after one that filled a stage waits (up to
+HANDOFF_WAIT_S) until the sender has cut the closed stages and offered their
+batches for sending. Under CPython's GIL a caller looping on send() never
+blocks, so a sender thread that releases the GIL (a numpy call, an lz4
+block, a socket write) gets it back only after the 5 ms switch interval:
+cutting a 6 MiB stage took 200 ms so, against 10 ms alone, and no batch left
+before the loop ended (issue 33, traced). The wait costs the loop the cut's
+own CPU, which the two threads share one GIL for anyway, and the replicas
+append a stage while the next one fills. Only a filled stage hands off: a
+caller that also waited for stages closed at linger let the sender close
+them on time, into more and smaller stages, and was slower.
+
 Thread-safe: user threads append under one lock (one acquisition per
 record); the sender thread takes closed stages and closes lingering ones.
 """
@@ -46,6 +58,10 @@ per partition; waiting for the calls in flight makes fewer, larger ones. Idle pr
 affected: with nothing in flight a stage closes at linger_ms."""
 OUTSTANDING_SWEEP = 1024
 """Every this many results remembered for flush(), the completed ones are dropped wherever they are."""
+HANDOFF_WAIT_S = 0.25
+"""Longest a send() waits for the sender to take up a stage that send() filled (module doc). It
+only paces the two threads: past it the send() goes on, and a sender held up elsewhere (a metadata
+call) delays one send() per filled stage by this much, not each."""
 MAX_STAGE_SPREAD = 16
 """A stage of keyed records closes at batch_size times its partition count, at most this many
 times batch_size, so each partition's batch is close to batch_size without unbounded stages."""
@@ -118,6 +134,14 @@ class RecordAccumulator:
         self.wakeup = threading.Event()
         """Set whenever the sender has something new to do (a closed stage, a flush, close)."""
         self.closed = False
+        self._handed = 0
+        """Stages closed so far (handed to the sender)."""
+        self._taken = 0
+        self._offered = 0
+        """Of the stages handed, how many the sender has cut and offered for sending."""
+        self._filled = False
+        """A send() filled a stage: the next one waits for the sender to take it up."""
+        self._sender_ready = threading.Condition(self._lock)
 
     # --- appending (user threads) -----------------------------------------------------------
 
@@ -210,6 +234,7 @@ class RecordAccumulator:
                     stage.nbytes = nbytes
                     if nbytes >= stage.close_at:
                         self._close(stage)
+                        self._filled = True
         finally:
             lock.release()
         if stage is None:
@@ -220,6 +245,8 @@ class RecordAccumulator:
                       size: int, now_ns: int) -> FutureRecordMetadata:
         """Add one record, with headers, an explicit partition or timestamp (None: ``now_ns``, the
         clock when send() was called), and return its future."""
+        if self._filled:
+            self._await_sender()
         stage = self._open.get(topic)
         info = stage.info if stage is not None else self.topic_info(topic)
         with self._lock:
@@ -259,6 +286,7 @@ class RecordAccumulator:
             stage.nbytes += size
             if stage.nbytes >= stage.close_at:
                 self._close(stage)
+                self._filled = True
         return _new_tuple(FutureRecordMetadata, (stage.result, i))
 
     def append_stage(self, topic: str, info: TopicInfo, keys, values, timestamps, headers, partitions,
@@ -288,7 +316,20 @@ class RecordAccumulator:
         self._return_credit(stage)
         stage.closed = True
         self._closed_stages.append(stage)
+        self._handed += 1
         self.wakeup.set()
+
+    def _await_sender(self) -> None:
+        """Wait until the sender has offered every stage handed so far, up to HANDOFF_WAIT_S."""
+        deadline = time.monotonic() + HANDOFF_WAIT_S
+        with self._lock:
+            self._filled = False
+            handed = self._handed
+            while self._offered < handed and not self.closed:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                self._sender_ready.wait(remaining)
 
     # --- the sender's side --------------------------------------------------------------------
 
@@ -296,7 +337,15 @@ class RecordAccumulator:
         with self._lock:
             stages = list(self._closed_stages)
             self._closed_stages.clear()
+            self._taken = self._handed
             return stages
+
+    def offered(self) -> None:
+        """The sender has cut every stage it took and offered their batches for sending."""
+        if self._offered != self._taken:
+            with self._lock:
+                self._offered = self._taken
+                self._sender_ready.notify_all()
 
     def close_lingering(self, now: float, busy=None) -> float | None:
         """Close stages that lingered linger_ms; returns the monotonic time the next open stage is

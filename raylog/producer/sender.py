@@ -196,6 +196,7 @@ class Sender(threading.Thread):
                 for stage in self.acc.take_closed():
                     self._cut(stage)
             deadlines.append(self._send_ready(now))
+            self.acc.offered()
             if self.acc.closed and not self.in_flight and not self._has_queued() and not self._responses:
                 for stage in self.acc.take_closed():
                     self._cut(stage)

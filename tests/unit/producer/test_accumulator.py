@@ -109,3 +109,49 @@ def test_closed_stages_hold_exactly_their_records_bytes_until_their_batches_comp
     for stage in stages:
         acc.release(stage.nbytes)
     assert acc.available_bytes() == 1 << 20 and acc._buffered == 0
+
+
+def fill_a_stage(acc: RecordAccumulator) -> None:
+    """send() records until one of them fills (and so closes) the open stage."""
+    while not acc._closed_stages:
+        acc.append("t", None, b"x" * 984, time.time_ns(), 1000)
+
+
+def test_the_send_after_one_that_filled_a_stage_waits_until_the_sender_has_offered_it(monkeypatch):
+    """Issue 33: under the GIL a sender thread that releases it (numpy, lz4, a socket write) got it
+    back from a caller looping on send() only after the 5 ms switch interval, so a 6 MiB stage took
+    200 ms to cut and nothing reached a replica until the loop ended. The send() after one that
+    filled a stage now waits until the sender has cut it and offered its batches."""
+    import threading
+
+    from raylog.producer import accumulator as module
+
+    monkeypatch.setattr(module, "HANDOFF_WAIT_S", 600.0)
+    acc = accumulator(batch_size=10_000, linger_ms=60_000)
+    fill_a_stage(acc)
+    sent = threading.Event()
+    sender = threading.Thread(target=lambda: (acc.append("t", None, b"y", time.time_ns(), 17), sent.set()))
+    sender.start()
+    while not acc._sender_ready._waiters:  # the send() is waiting on the sender, not merely slow
+        assert not sent.is_set(), "the send() after a filled stage went on without the sender"
+        time.sleep(0.001)
+    (stage,) = acc.take_closed()
+    acc.offered()
+    sender.join(60)
+    assert sent.is_set()
+    assert acc._open["t"].values == [b"y"], "the waiting record opened the next stage"
+    assert stage.closed and stage.values[-1] == b"x" * 984
+
+
+def test_a_send_waits_for_a_stalled_sender_at_most_once_per_filled_stage(monkeypatch):
+    """A sender held up elsewhere (a metadata call) delays one send() by HANDOFF_WAIT_S, not each."""
+    from raylog.producer import accumulator as module
+
+    monkeypatch.setattr(module, "HANDOFF_WAIT_S", 0.05)
+    acc = accumulator(batch_size=10_000, linger_ms=60_000)
+    fill_a_stage(acc)
+    acc.append("t", None, b"y", time.time_ns(), 17)  # waits out HANDOFF_WAIT_S: nobody takes the stage
+    assert not acc._filled
+    for _ in range(3):
+        acc.append("t", None, b"z", time.time_ns(), 17)
+    assert acc._open["t"].values == [b"y", b"z", b"z", b"z"]
