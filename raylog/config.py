@@ -471,7 +471,8 @@ class ProducerConfig:
     buffer_memory: int = 64 * 1024 * 1024
     """Bytes of unsent records before send() blocks (up to max_block_ms)."""
     max_block_ms: int = 60_000
-    """How long send() may block on a full buffer or missing metadata."""
+    """How long send() may block on a full buffer or missing metadata, and (at most 0.25 s) while
+    the sender takes up a stage the previous send() filled."""
     request_timeout_ms: int = 30_000
     """How long to wait for a produce response before retrying the batch."""
     retries: int = 2**31 - 1

@@ -320,8 +320,9 @@ class RecordAccumulator:
         self.wakeup.set()
 
     def _await_sender(self) -> None:
-        """Wait until the sender has offered every stage handed so far, up to HANDOFF_WAIT_S."""
-        deadline = time.monotonic() + HANDOFF_WAIT_S
+        """Wait until the sender has offered every stage handed so far, up to HANDOFF_WAIT_S (or
+        max_block_ms, when less: a caller that set it to 0 expects send() never to wait)."""
+        deadline = time.monotonic() + min(HANDOFF_WAIT_S, self.config.max_block_ms / 1000)
         with self._lock:
             self._filled = False
             handed = self._handed

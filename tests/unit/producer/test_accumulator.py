@@ -155,3 +155,13 @@ def test_a_send_waits_for_a_stalled_sender_at_most_once_per_filled_stage(monkeyp
     for _ in range(3):
         acc.append("t", None, b"z", time.time_ns(), 17)
     assert acc._open["t"].values == [b"y", b"z", b"z", b"z"]
+
+
+def test_a_send_with_max_block_ms_zero_never_waits_for_the_sender(monkeypatch):
+    from raylog.producer import accumulator as module
+
+    monkeypatch.setattr(module, "HANDOFF_WAIT_S", 600.0)
+    acc = accumulator(batch_size=10_000, linger_ms=60_000, max_block_ms=0)
+    fill_a_stage(acc)
+    acc.append("t", None, b"y", time.time_ns(), 17)  # with no sender, waiting would take 600 s
+    assert acc._open["t"].values == [b"y"]
