@@ -164,10 +164,7 @@ class StickyPartitioner:
             r, filled = 1, 0
         while i < n:  # once per run: a run is about a batch of records
             end = int(np.searchsorted(cum, before + run_bytes - filled, side="right"))
-            if end == i:
-                if filled:
-                    r, filled = r + 1, 0
-                    continue
+            if end == i:  # a record larger than run_bytes runs alone
                 end = i + 1
             run[i:end] = r
             filled += int(cum[end - 1]) - before
