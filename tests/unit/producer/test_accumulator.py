@@ -126,15 +126,26 @@ def test_the_send_after_one_that_filled_a_stage_waits_until_the_sender_has_offer
 
     from raylog.producer import accumulator as module
 
+    class WaitSeen(threading.Condition):
+        """The accumulator's own condition, telling the test when a send() starts waiting on it."""
+
+        def __init__(self, lock):
+            super().__init__(lock)
+            self.waiting = threading.Event()
+
+        def wait(self, timeout=None):
+            self.waiting.set()
+            return super().wait(timeout)
+
     monkeypatch.setattr(module, "HANDOFF_WAIT_S", 600.0)
     acc = accumulator(batch_size=10_000, linger_ms=60_000)
+    acc._sender_ready = seen = WaitSeen(acc._lock)
     fill_a_stage(acc)
     sent = threading.Event()
     sender = threading.Thread(target=lambda: (acc.append("t", None, b"y", time.time_ns(), 17), sent.set()))
     sender.start()
-    while not acc._sender_ready._waiters:  # the send() is waiting on the sender, not merely slow
-        assert not sent.is_set(), "the send() after a filled stage went on without the sender"
-        time.sleep(0.001)
+    assert seen.waiting.wait(60), "the send() after a filled stage never waited for the sender"
+    assert not sent.is_set(), "the send() after a filled stage went on without the sender"
     (stage,) = acc.take_closed()
     acc.offered()
     sender.join(60)
