@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
 
+from raylog.producer import accumulator as accumulator_module
 from raylog.producer.accumulator import RecordAccumulator
 from raylog.config import ProducerConfig
 from raylog.errors import IllegalStateError, KafkaTimeoutError
@@ -21,6 +23,18 @@ class StaticTopics:
 
     def topic(self, name, max_age_s=None, create=None):
         return TopicInfo(None, [None] * self.partitions, self.partitions, 8 << 20, time.monotonic())
+
+
+class WaitSeen(threading.Condition):
+    """The accumulator's own condition, telling a test when a send() starts waiting on it."""
+
+    def __init__(self, lock):
+        super().__init__(lock)
+        self.waiting = threading.Event()
+
+    def wait(self, timeout=None):
+        self.waiting.set()
+        return super().wait(timeout)
 
 
 def accumulator(**config) -> RecordAccumulator:
@@ -54,8 +68,6 @@ def test_send_blocks_while_the_buffer_is_full_and_resumes_when_batches_complete(
         time.sleep(0.2)
         released.append(time.monotonic())
         acc.release(1916)
-
-    import threading
 
     threading.Thread(target=release_later).start()
     acc.append("t", None, b"y" * 900, 0, 916)
@@ -120,24 +132,10 @@ def fill_a_stage(acc: RecordAccumulator) -> None:
 def test_the_send_after_one_that_filled_a_stage_waits_until_the_sender_has_offered_it(monkeypatch):
     """Issue 33: under the GIL a sender thread that releases it (numpy, lz4, a socket write) got it
     back from a caller looping on send() only after the 5 ms switch interval, so a 38,751-record
-    stage took 203 ms to cut (8 ms alone) and nothing reached a replica until the loop ended. The send() after one that
-    filled a stage now waits until the sender has cut it and offered its batches."""
-    import threading
-
-    from raylog.producer import accumulator as module
-
-    class WaitSeen(threading.Condition):
-        """The accumulator's own condition, telling the test when a send() starts waiting on it."""
-
-        def __init__(self, lock):
-            super().__init__(lock)
-            self.waiting = threading.Event()
-
-        def wait(self, timeout=None):
-            self.waiting.set()
-            return super().wait(timeout)
-
-    monkeypatch.setattr(module, "HANDOFF_WAIT_S", 600.0)
+    stage took 203 ms to cut (8 ms alone) and nothing reached a replica until the loop ended. The
+    send() after one that filled a stage now waits until the sender has cut it and offered its
+    batches."""
+    monkeypatch.setattr(accumulator_module, "HANDOFF_WAIT_S", 600.0)
     acc = accumulator(batch_size=10_000, linger_ms=60_000)
     acc._sender_ready = seen = WaitSeen(acc._lock)
     fill_a_stage(acc)
@@ -156,9 +154,7 @@ def test_the_send_after_one_that_filled_a_stage_waits_until_the_sender_has_offer
 
 def test_a_send_waits_for_a_stalled_sender_at_most_once_per_filled_stage(monkeypatch):
     """A sender held up elsewhere (a metadata call) delays one send() by HANDOFF_WAIT_S, not each."""
-    from raylog.producer import accumulator as module
-
-    monkeypatch.setattr(module, "HANDOFF_WAIT_S", 0.05)
+    monkeypatch.setattr(accumulator_module, "HANDOFF_WAIT_S", 0.05)
     acc = accumulator(batch_size=10_000, linger_ms=60_000)
     fill_a_stage(acc)
     acc.append("t", None, b"y", time.time_ns(), 17)  # waits out HANDOFF_WAIT_S: nobody takes the stage
@@ -169,9 +165,7 @@ def test_a_send_waits_for_a_stalled_sender_at_most_once_per_filled_stage(monkeyp
 
 
 def test_a_send_with_max_block_ms_zero_never_waits_for_the_sender(monkeypatch):
-    from raylog.producer import accumulator as module
-
-    monkeypatch.setattr(module, "HANDOFF_WAIT_S", 600.0)
+    monkeypatch.setattr(accumulator_module, "HANDOFF_WAIT_S", 600.0)
     acc = accumulator(batch_size=10_000, linger_ms=60_000, max_block_ms=0)
     fill_a_stage(acc)
     acc.append("t", None, b"y", time.time_ns(), 17)  # with no sender, waiting would take 600 s
