@@ -49,7 +49,10 @@ bytecode: $(STAMP)
 # make test: everything but the longest fault scenarios (marked long in tests/conftest.py), which
 # make test-long runs; CI (.ci/run) runs both.
 # A failed run ends with the lines of Ray's logs that say why a process died (tests/support/postmortem.py).
-pytest_explained = @start=$$(date +%s); set -x; $(PY) -m pytest $(1) --durations=15 $(PYTEST_ARGS) || \
+# -X faulthandler keeps Python's fault handler on after pytest's own ends, so a crash as pytest's
+# process exits prints every thread's stack (once, after 1,129 passed, a thread there jumped to a heap
+# address). The flag, unlike PYTHONFAULTHANDLER, is not passed on to Ray's and Spark's processes.
+pytest_explained = @start=$$(date +%s); set -x; $(PY) -X faulthandler -m pytest $(1) --durations=15 $(PYTEST_ARGS) || \
 	{ $(PY) -m tests.support.postmortem --since $$start; exit 1; }
 
 test: $(STAMP) bytecode $(JAR) tools
