@@ -49,7 +49,8 @@ class Cluster:
     def __init__(self, controller, config: ClusterConfig):
         self.controller = controller
         self.config = config
-        self.metadata = Metadata(controller, config.request_timeout_ms / 1000)
+        self.session = ray_calls.Session()
+        self.metadata = Metadata(controller, config.request_timeout_ms / 1000, self.session)
 
     def producer(self, **configs):
         """A Producer with ProducerConfig settings (kafka-python names)."""
@@ -209,11 +210,12 @@ def _controller(config: ClusterConfig):
 def attached(namespace: str) -> Cluster:
     """The Cluster of ``namespace`` for code running inside Ray (a task, a Spark worker that has
     joined Ray): the last connect() of this process if it is that namespace's, else a new one."""
-    if _default is not None and _default.config.namespace == namespace and ray.is_initialized():
+    if _default is not None and _default.config.namespace == namespace and _default.session.alive():
         return _default
     return connect(namespace=namespace)
 
 
 def default_cluster() -> Cluster:
-    """The Cluster of the last connect() in this process, connecting with defaults if there is none."""
-    return _default if _default is not None and ray.is_initialized() else connect()
+    """The Cluster of the last connect() in this process while its Ray session lasts, else a new
+    connect() with defaults."""
+    return _default if _default is not None and _default.session.alive() else connect()

@@ -95,6 +95,11 @@ class IllegalStateError(RaylogError):
     """The call is not allowed in the object's current state (closed producer, unassigned partition)."""
 
 
+class RaySessionEndedError(IllegalStateError):
+    """The Ray session this client was made in has ended (ray.shutdown(), perhaps followed by a new
+    ray.init()): its actor handles are gone with it. Make a new client after raylog.connect()."""
+
+
 class CommitFailedError(RaylogError):
     """A commit the group coordinator refused: the member's epoch is fenced or stale, or the member
     no longer owns the partition (it moved to another member). kafka-python's name."""

@@ -30,8 +30,9 @@ class Metadata:
     """Thread-safe; loaded from the controller on first use, after retriable errors (``invalidate``)
     and when older than the caller's metadata_max_age_ms."""
 
-    def __init__(self, controller, timeout_s: float):
+    def __init__(self, controller, timeout_s: float, session: ray_calls.Session):
         self._controller = controller
+        self.session = session
         self._timeout_s = timeout_s
         self._lock = threading.Lock()
         self._topics: dict[str, TopicInfo] = {}
@@ -62,6 +63,7 @@ class Metadata:
 
     def _load(self, topic: str) -> TopicInfo:
         validate_topic_name(topic)  # before any call: an invalid name never reaches the controller
+        self.session.check()
         loaded_at = time.monotonic()
         return self._install(topic, ray_calls.get(self._controller.topic_metadata.remote(topic), self._timeout_s),
                              loaded_at)
@@ -86,6 +88,7 @@ class Metadata:
         not block on a busy controller, as a producer's sender): ``PendingRefresh.done`` installs
         the answer once it has come."""
         validate_topic_name(topic)
+        self.session.check()
         return PendingRefresh(self, topic, self._controller.topic_metadata.remote(topic), time.monotonic())
 
     def describe(self, topic: str) -> TopicDescription:
@@ -96,6 +99,7 @@ class Metadata:
 
     def leader(self, topic: str, partition: int):
         """The partition leader's actor handle; LeaderNotAvailableError (retriable) while offline."""
+        self.session.check()
         leaders = self.topic(topic).leaders
         if not isinstance(partition, int) or isinstance(partition, bool) or not 0 <= partition < len(leaders):
             raise InvalidPartitionError(f"topic {topic!r} has partitions 0..{len(leaders) - 1}, not {partition!r}")

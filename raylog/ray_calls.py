@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import re
 import time
+import weakref
 from typing import Any, Callable, TypeVar
 
 import ray
+import ray._private.worker as ray_worker
 import ray.exceptions as rex
 
 from raylog.errors import (
-    ActorCallError, KafkaTimeoutError, RaylogError, ReplicaNotAvailableError, UnknownTopicOrPartitionError,
+    ActorCallError, KafkaTimeoutError, RaylogError, RaySessionEndedError, ReplicaNotAvailableError,
+    UnknownTopicOrPartitionError,
 )
 
 T = TypeVar("T")
@@ -95,3 +98,34 @@ def with_retries(call: Callable[[], T], timeout_s: float, on_retry: Callable[[],
         if on_retry is not None:
             on_retry()
         time.sleep(RETRY_BACKOFF_S)
+
+
+class Session:
+    """The Ray session a client was made in, told from any later one.
+
+    A client checks it before it calls Ray unasked (a sender or heartbeat thread) or at the start
+    of a call: after ray.shutdown() Ray's ``.remote()`` would start a new local Ray instance on
+    its own, and after a new ray.init() the old session's actor handles name nothing. Ray keeps
+    one Node object per connection (worker.node, reset to None at shutdown); the session is that
+    object's identity, held weakly so it never keeps a shut-down connection's state alive.
+    """
+
+    __slots__ = ("_node",)
+
+    def __init__(self) -> None:
+        node = ray_worker.global_worker.node
+        self._node = weakref.ref(node) if node is not None else None
+
+    def alive(self) -> bool:
+        node = self._node() if self._node is not None else None
+        return node is not None and ray_worker.global_worker.node is node
+
+    def check(self) -> None:
+        """RaySessionEndedError once the session has ended."""
+        if not self.alive():
+            raise self.ended()
+
+    @staticmethod
+    def ended() -> RaySessionEndedError:
+        return RaySessionEndedError("the Ray session this client was made in has ended (ray.shutdown()); "
+                                    "make a new one after raylog.connect()")

@@ -101,6 +101,7 @@ class Consumer:
     def _check_open(self) -> None:
         if self._closed:
             raise IllegalStateError("the consumer is closed")
+        self._cluster.session.check()
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Replace the assignment with exactly these partitions (they must exist). Not allowed
@@ -534,7 +535,7 @@ class Consumer:
         if self._closed:
             return
         try:
-            if autocommit:
+            if autocommit and self._cluster.session.alive():
                 self._commit_on_exit()
             if self._committer is not None:
                 # Pending commit_async() calls land while this member still owns its partitions,

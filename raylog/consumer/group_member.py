@@ -134,12 +134,18 @@ class GroupMember:
     # --- the heartbeat thread ---------------------------------------------------------------
 
     def _coordinator_handle(self):
+        self.cluster.session.check()
         if self._coordinator is None:
             self._coordinator = coordinator_for(self.cluster, self.group_id, self._timeout_s)
         return self._coordinator
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            if not self.cluster.session.alive():
+                # Ray was shut down under an open consumer: another call would start a new local Ray.
+                # The next poll() raises why; the thread ends.
+                self._error = self.cluster.session.ended()
+                return
             if not self._left and time.monotonic() - self._last_poll > self.config.max_poll_interval_ms / 1000:
                 # The application stopped polling: leave, so its partitions move to members that poll.
                 self._send_leave(LEAVE_EPOCH)
@@ -310,7 +316,7 @@ class GroupMember:
         if self._thread is not None:
             self._thread.join(timeout=self._timeout_s)
             epoch = STATIC_LEAVE_EPOCH if self.config.group_instance_id else LEAVE_EPOCH
-            if self.member_epoch != JOIN_EPOCH or self.owned:
+            if (self.member_epoch != JOIN_EPOCH or self.owned) and self.cluster.session.alive():
                 self._send_leave(epoch)
         consumer._release(set(self.owned))
         self.owned.clear()

@@ -134,6 +134,7 @@ class RecordAccumulator:
         self.wakeup = threading.Event()
         """Set whenever the sender has something new to do (a closed stage, a flush, close)."""
         self.closed = False
+        self._closed_by: IllegalStateError | None = None
         self._handed = 0
         """Stages closed so far (handed to the sender)."""
         self._taken = 0
@@ -251,7 +252,7 @@ class RecordAccumulator:
         info = stage.info if stage is not None else self.topic_info(topic)
         with self._lock:
             if self.closed:
-                raise IllegalStateError("cannot send: the producer is closed")
+                raise self._refusal()
             if partition is not None and not 0 <= partition < info.num_partitions:
                 raise InvalidPartitionError(
                     f"topic {topic!r} has partitions 0..{info.num_partitions - 1}, not {partition!r}")
@@ -300,7 +301,7 @@ class RecordAccumulator:
         stage.result = ProduceResult(topic, timestamps, self._runner)
         with self._lock:
             if self.closed:
-                raise IllegalStateError("cannot send: the producer is closed")
+                raise self._refusal()
             self._reserve(size)
             earlier = self._open.get(topic)
             if earlier is not None:
@@ -385,12 +386,21 @@ class RecordAccumulator:
                     raise KafkaTimeoutError(f"flush did not complete within {timeout}s") from None
         self._runner.drain(deadline)
 
-    def close(self) -> None:
+    def close(self, reason: IllegalStateError | None = None) -> None:
+        """Refuse further records (with ``reason``, when given, rather than "closed") and close the
+        open stages for the sender."""
         with self._lock:
+            if reason is not None and not self.closed:
+                self._closed_by = reason
             self.closed = True
             for stage in list(self._open.values()):
                 self._close(stage)
         self.wakeup.set()
+
+    def _refusal(self) -> IllegalStateError:
+        reason = self._closed_by
+        return type(reason)(*reason.args) if reason is not None else \
+            IllegalStateError("cannot send: the producer is closed")
 
     def outstanding(self) -> list[ProduceResult]:
         with self._lock:

@@ -177,6 +177,11 @@ _CALLBACK_LOCK = threading.Lock()
 """Guards registration against completion (a callback added as the batch completes runs once)."""
 
 
+CALLBACK_THREAD_IDLE_S = 1.0
+"""A producer's callback thread ends after this long without a callback to run (the next one starts
+it again), so a producer, closed or not, keeps no thread for callbacks it no longer gets."""
+
+
 class CallbackRunner:
     """One daemon thread per producer that runs user callbacks, isolated from the sender."""
 
@@ -197,7 +202,14 @@ class CallbackRunner:
 
     def _run(self) -> None:
         while True:
-            result, callbacks = self._queue.get()
+            try:
+                result, callbacks = self._queue.get(timeout=CALLBACK_THREAD_IDLE_S)
+            except queue.Empty:
+                with self._lock:
+                    if self._queued == 0:
+                        self._thread = None
+                        return
+                continue
             for index, fn, on_error in callbacks:
                 try:
                     self._call(result, index, fn, on_error)

@@ -82,6 +82,9 @@ WATCH_AFTER_S = 1.0
 WATCH_POLL_S = 0.05
 """A call unanswered WATCH_AFTER_S has its topic's leaders looked up again (LeaderWatch), the
 answer looked for every WATCH_POLL_S: an answer takes milliseconds (a few hundred under load)."""
+SESSION_CHECK_S = 1.0
+"""An idle sender wakes this often to see whether Ray was shut down (Ray tells no one), so a producer
+left open ends its thread within about this long instead of living on into a later session."""
 JITTER = 0.2
 """Retry backoff is spread by +-20% (KIP-580), so producers that failed together retry apart."""
 
@@ -163,6 +166,7 @@ class Sender(threading.Thread):
         asked): lookups of a channel not answered yet."""
         self._watch_after_s = leader_watch_after_s
         self._watch = LeaderWatch(metadata, leader_watch_after_s)
+        self._session = metadata.session
 
     # --- the loop -----------------------------------------------------------------------------
 
@@ -180,6 +184,8 @@ class Sender(threading.Thread):
         wakeup = self.acc.wakeup
         while True:
             wakeup.clear()
+            if not self._session.alive() and not self._halt:
+                self._end_with_session()
             now = time.monotonic()
             for stage in self.acc.take_closed():
                 self._cut(stage)
@@ -203,14 +209,21 @@ class Sender(threading.Thread):
                 if not self._has_queued():
                     return
             due = [d for d in deadlines if d is not None]
-            timeout = max(0.0, min(due) - time.monotonic()) if due else None
-            wakeup.wait(timeout)
+            timeout = max(0.0, min(due) - time.monotonic()) if due else SESSION_CHECK_S
+            wakeup.wait(min(timeout, SESSION_CHECK_S))
 
     def stop(self, error: BaseException) -> None:
         """Fail whatever is still queued or in flight with ``error`` and end the thread."""
         self._abort_error = error
         self._halt = True
         self.acc.wakeup.set()
+
+    def _end_with_session(self) -> None:
+        """Ray was shut down under an open producer: refuse new records and fail what is left with
+        the reason, without another Ray call (one would start a new local Ray)."""
+        error = self._session.ended()
+        self.acc.close(error)
+        self.stop(error)
 
     def _abort(self) -> None:
         error = self._abort_error or IllegalStateError("producer closed before the record was sent")

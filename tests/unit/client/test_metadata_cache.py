@@ -14,7 +14,7 @@ def answer(leader_epoch: int):
 
 
 def test_an_answer_asked_before_the_cached_one_does_not_replace_it():
-    md = Metadata(controller=None, timeout_s=1)
+    md = Metadata(controller=None, timeout_s=1, session=None)
     newer = md._install("t", answer(leader_epoch=1), loaded_at=20.0)
     late = md._install("t", answer(leader_epoch=0), loaded_at=10.0)
     assert late is newer
@@ -22,7 +22,7 @@ def test_an_answer_asked_before_the_cached_one_does_not_replace_it():
 
 
 def test_an_answer_asked_after_the_cached_one_replaces_it():
-    md = Metadata(controller=None, timeout_s=1)
+    md = Metadata(controller=None, timeout_s=1, session=None)
     md._install("t", answer(leader_epoch=0), loaded_at=10.0)
     md._install("t", answer(leader_epoch=2), loaded_at=30.0)
     assert md.leader_epoch("t", 0) == 2
@@ -31,7 +31,7 @@ def test_an_answer_asked_after_the_cached_one_replaces_it():
 def test_an_answer_asked_before_the_cache_was_dropped_as_wrong_is_not_cached():
     """invalidate() empties the entry: without a floor, a LeaderWatch answer asked before it found
     nothing newer cached and put the replaced leader back."""
-    md = Metadata(controller=None, timeout_s=1)
+    md = Metadata(controller=None, timeout_s=1, session=None)
     md._install("t", answer(leader_epoch=0), loaded_at=10.0)
     md.invalidate("t")
     asked_before = md._install("t", answer(leader_epoch=0), loaded_at=10.5)

@@ -101,6 +101,29 @@ def test_a_raising_callback_is_isolated_and_later_callbacks_still_run(caplog):
     assert seen[-1] == ("x", 42), "kafka-python's extra callback arguments come first"
 
 
+def test_the_callback_thread_ends_once_idle_and_the_next_callback_starts_another():
+    """A producer left open (or closed) kept its callback thread for good: a test run ended with
+    27 of them alive. An idle runner now has none, and callbacks still run, in order."""
+    result, futures = run_of(4)
+    result.set_batches([0] * 4, 1)
+    seen = []
+
+    def record(meta):
+        seen.append((meta.offset, threading.current_thread()))
+
+    futures[0].add_callback(record)
+    result.complete_batch(np.arange(4), 10)
+    result._runner.drain(None)
+    first = seen[0][1]
+    first.join()  # an idle thread that never ends hangs the test here, until pytest's timeout
+    assert result._runner._thread is None
+    for f in futures[1:]:
+        f.add_callback(record)
+    result._runner.drain(None)
+    assert [offset for offset, _ in seen] == [10, 11, 12, 13]
+    assert {thread for _, thread in seen[1:]} == {seen[1][1]} and seen[1][1] is not first
+
+
 def test_a_runs_metadata_carry_each_records_sizes_and_are_not_kept_once_the_caller_drops_them():
     """kafka-python's RecordMetadata fields, per record; and a run keeps its answers as columns,
     not as one RecordMetadata per record (tuple subclasses: 200,000 of them held 38 MB and set
