@@ -88,8 +88,13 @@ class AdminClient:
 
         self.config: AdminConfig = client_config(AdminConfig, configs)
         self._cluster = cluster or default_cluster()
-        self._controller = self._cluster.controller
         self._timeout_s = (self.config.request_timeout_ms or self._cluster.config.request_timeout_ms) / 1000
+
+    @property
+    def _controller(self):
+        # Checked first: once the Ray session has ended, a call on the handle would start a new Ray.
+        self._cluster.session.check()
+        return self._cluster.controller
 
     def _call(self, ref):
         return ray_calls.get(ref, self._timeout_s)

@@ -117,7 +117,10 @@ class Session:
         self._node = weakref.ref(node) if node is not None else None
 
     def alive(self) -> bool:
-        node = self._node() if self._node is not None else None
+        if self._node is None:
+            # No Node object: a Ray Client connection (ray://), whose end is all that can be told.
+            return ray.is_initialized()
+        node = self._node()
         return node is not None and ray_worker.global_worker.node is node
 
     def check(self) -> None:

@@ -184,8 +184,9 @@ class Sender(threading.Thread):
         wakeup = self.acc.wakeup
         while True:
             wakeup.clear()
-            if not self._session.alive() and not self._halt:
+            if not self._session.alive():
                 self._end_with_session()
+                return
             now = time.monotonic()
             for stage in self.acc.take_closed():
                 self._cut(stage)
@@ -219,11 +220,14 @@ class Sender(threading.Thread):
         self.acc.wakeup.set()
 
     def _end_with_session(self) -> None:
-        """Ray was shut down under an open producer: refuse new records and fail what is left with
-        the reason, without another Ray call (one would start a new local Ray)."""
+        """Ray was shut down under an open producer: refuse new records and fail the rest with the
+        reason, responses unread (their outcome is unknown), without another Ray call (one would
+        start a new local Ray)."""
         error = self._session.ended()
         self.acc.close(error)
-        self.stop(error)
+        self._abort_error = error
+        self._responses.clear()
+        self._abort()
 
     def _abort(self) -> None:
         error = self._abort_error or IllegalStateError("producer closed before the record was sent")

@@ -1,7 +1,8 @@
 """Clients left open when their Ray session ends: ray.shutdown() under an open producer and
 consumer group. Their threads must end without another Ray call (Ray's .remote() starts a new local
 Ray when none is up: a consumer's heartbeat did, about ten seconds after the shutdown), and a client
-of the ended session refuses work with RaySessionEndedError, also once a new session runs."""
+of the ended session (admin included) refuses work with RaySessionEndedError, also once a new
+session runs."""
 
 from __future__ import annotations
 
@@ -42,13 +43,16 @@ def read_values(consumer, count: int) -> list[bytes]:
 def test_a_producer_and_a_consumer_group_left_open_end_their_threads_at_ray_shutdown_and_start_no_ray(
         tmp_path, ray_down):
     raylog.connect(data_root=str(tmp_path), **RAY_ARGS)
-    raylog.AdminClient().create_topic("t", num_partitions=2)
+    admin = raylog.AdminClient()
+    admin.create_topic("t", num_partitions=2)
     producer = raylog.Producer()
     called = threading.Event()
     producer.send("t", b"before").add_callback(lambda _metadata: called.set()).get(timeout=60)
     consumer = raylog.Consumer("t", group_id="g", auto_offset_reset="earliest")
     assert read_values(consumer, 1) == [b"before"]
     assert called.wait(60)
+    lingering = raylog.Producer(linger_ms=600_000)
+    pending = lingering.send("t", b"not sent yet")
     threads = raylog_threads()
     names = {t.name for t in threads}
     assert {"raylog-producer-sender", "raylog-heartbeat-g"} <= names, names
@@ -60,10 +64,15 @@ def test_a_producer_and_a_consumer_group_left_open_end_their_threads_at_ray_shut
     assert [t.name for t in threads if t.is_alive()] == []
     assert not ray.is_initialized(), "a client thread started a new Ray"
     with pytest.raises(RaySessionEndedError):
+        pending.get(timeout=0)
+    with pytest.raises(RaySessionEndedError):
         producer.send("t", b"after")
     with pytest.raises(RaySessionEndedError):
         consumer.poll(timeout_ms=100)
+    with pytest.raises(RaySessionEndedError):
+        admin.list_topics()
     producer.close()
+    lingering.close()
     consumer.close()
     assert not ray.is_initialized(), "closing a client of the ended session started a new Ray"
     assert raylog_threads() == []
