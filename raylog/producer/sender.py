@@ -209,9 +209,8 @@ class Sender(threading.Thread):
                     self._cut(stage)
                 if not self._has_queued():
                     return
-            due = [d for d in deadlines if d is not None]
-            timeout = max(0.0, min(due) - time.monotonic()) if due else SESSION_CHECK_S
-            wakeup.wait(min(timeout, SESSION_CHECK_S))
+            due = min((d for d in deadlines if d is not None), default=None)
+            wakeup.wait(SESSION_CHECK_S if due is None else min(SESSION_CHECK_S, max(0.0, due - time.monotonic())))
 
     def stop(self, error: BaseException) -> None:
         """Fail whatever is still queued or in flight with ``error`` and end the thread."""

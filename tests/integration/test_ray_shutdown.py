@@ -13,6 +13,7 @@ import ray
 
 import raylog
 from raylog.errors import RaySessionEndedError
+from tests.support.topics import consume_all
 
 RAY_ARGS = {"num_cpus": 2, "object_store_memory": 200 * 1024 * 1024}
 JOIN_S = 60.0
@@ -30,16 +31,6 @@ def raylog_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("raylog-")]
 
 
-def read_values(consumer, count: int) -> list[bytes]:
-    values: list[bytes] = []
-    for _ in range(600):
-        for records in consumer.poll(timeout_ms=100).values():
-            values += [r.value for r in records]
-        if len(values) >= count:
-            return values
-    raise AssertionError(f"read {values!r}, expected {count} records")
-
-
 def test_a_producer_and_a_consumer_group_left_open_end_their_threads_at_ray_shutdown_and_start_no_ray(
         tmp_path, ray_down):
     raylog.connect(data_root=str(tmp_path), **RAY_ARGS)
@@ -49,7 +40,7 @@ def test_a_producer_and_a_consumer_group_left_open_end_their_threads_at_ray_shut
     called = threading.Event()
     producer.send("t", b"before").add_callback(lambda _metadata: called.set()).get(timeout=60)
     consumer = raylog.Consumer("t", group_id="g", auto_offset_reset="earliest")
-    assert read_values(consumer, 1) == [b"before"]
+    assert [r.value for r in consume_all(consumer, 1, timeout_s=60)] == [b"before"]
     assert called.wait(60)
     lingering = raylog.Producer(linger_ms=600_000)
     pending = lingering.send("t", b"not sent yet")
@@ -97,4 +88,4 @@ def test_a_client_of_an_ended_session_refuses_and_the_next_session_serves_what_i
     with raylog.Producer() as new:
         new.send("t", b"second").get(timeout=60)
     with raylog.Consumer("t", auto_offset_reset="earliest") as consumer:
-        assert read_values(consumer, 2) == [b"acknowledged", b"second"]
+        assert [r.value for r in consume_all(consumer, 2, timeout_s=60)] == [b"acknowledged", b"second"]
