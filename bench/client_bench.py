@@ -16,6 +16,10 @@ Rows (records/s unless noted), each the median of --runs runs:
   fetch calls (local_reads=False), in the same run; the latency rows likewise with the producer
   on the same-node channel (the default) and on Ray calls (local_produce=False)
 
+Issue 33's two send rows are also timed with a no-op producer in the same loop (the
+interpreter's floor, measured in the same run): the ratio carries from one machine to another
+where the absolute rate does not.
+
 In the same run, Ray's own ``ray.util.queue.Queue`` moves the same records with
 put_nowait_batch/get_nowait_batch: the Ray-native baseline, printed as a ratio. Records
 are random uppercase letters, as Kafka's ProducerPerformance fills them. Each row also
@@ -216,6 +220,32 @@ def e2e_latency_threads_ms(cluster, topic: str, samples: int, rate_per_s: int = 
     return latencies[samples // 10:]
 
 
+class _NoopProducer:
+    """send()'s signature and a future whose get() does nothing: the interpreter's floor."""
+
+    def send(self, topic, value=None, key=None, headers=None, partition=None, timestamp_ms=None):
+        return self
+
+    def get(self, timeout=None):
+        return None
+
+
+def interpreter_floor(values: list[bytes], keys: list[bytes]) -> tuple[float, float]:
+    """Records/s of the two send rows' loops with a no-op producer: what this machine's interpreter
+    allows before raylog does anything. A baseline for the per-record rows that moves with the
+    machine (a VM whose lock round trip takes 145 ns instead of 40 runs every row slower)."""
+    send = _NoopProducer().send
+    start = time.perf_counter()
+    for v in values:
+        send("t", v)
+    unkeyed = len(values) / (time.perf_counter() - start)
+    start = time.perf_counter()
+    futures = [send("t", v, key=k) for v, k in zip(values, keys)]
+    for f in futures:
+        f.get(timeout=300)
+    return unkeyed, len(values) / (time.perf_counter() - start)
+
+
 def ray_queue_baseline(values: list[bytes], chunk: int = 100_000) -> tuple[float, float]:
     from ray.util.queue import Queue
 
@@ -271,6 +301,7 @@ def run(records: int, runs: int, partitions: int, latency_samples: int, baseline
     cpu: dict[str, list[float]] = {name: [] for name, _ in ROWS}
     collector: dict[str, list[float]] = {name: [] for name, _ in ROWS}
     queue_rates: dict[str, list[float]] = {"put": [], "get": []}
+    floor_rates: dict[str, list[float]] = {"send_6p": [], "send_keyed_get_6p": []}
     latency: dict[str, list[list[float]]] = {}
     try:
         def record(name: str, t: Timed, count: int = records) -> None:
@@ -284,6 +315,9 @@ def run(records: int, runs: int, partitions: int, latency_samples: int, baseline
             for t in (six_send, six_keyed):
                 cluster.admin().create_topic(t, 6)
             time.sleep(3)
+            unkeyed, keyed = interpreter_floor(random_values, random_keys)
+            floor_rates["send_6p"].append(unkeyed)
+            floor_rates["send_keyed_get_6p"].append(keyed)
             record("send_6p", produce_per_record(cluster, six_send, random_values), SIX_RECORDS)
             record("send_keyed_get_6p", produce_keyed_and_get(cluster, six_keyed, random_values, random_keys),
                    SIX_RECORDS)
@@ -346,6 +380,11 @@ def run(records: int, runs: int, partitions: int, latency_samples: int, baseline
     for name, label in [(name, label) for name, label in ROWS if name in rates]:
         print(f"  {label:34s} {med[name]:>12,.0f} records/s  [{statistics.median(cpu[name]):.2f} us, "
               f"collector {statistics.median(collector[name]):.2f} us]")
+    for name, label in (("send_6p", "the same loop, no-op send()"),
+                        ("send_keyed_get_6p", "the same loop, no-op send + get")):
+        if floor_rates[name]:
+            floor = med[f"floor_{name}"] = statistics.median(floor_rates[name])
+            print(f"  {label:34s} {floor:>12,.0f} records/s  (raylog = {med[name] / floor:.3f}x this floor)")
     if baseline:
         qput, qget = statistics.median(queue_rates["put"]), statistics.median(queue_rates["get"])
         print(f"  ray Queue put_nowait_batch         {qput:>12,.0f} records/s  "
@@ -369,7 +408,7 @@ def run(records: int, runs: int, partitions: int, latency_samples: int, baseline
     (out / ("client_random.json" if random_only else "client.json")).write_text(json.dumps(
         {"median": med, "runs": rates, "driver_cpu_us_per_record": {name: cpu[name] for name in rates},
          "collector_us_per_record": {name: collector[name] for name in rates},
-         "queue": queue_rates,
+         "queue": queue_rates, "interpreter_floor": floor_rates,
          "latency_runs_ms": latency_runs}, indent=2))
     return med
 

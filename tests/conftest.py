@@ -26,7 +26,7 @@ def pytest_runtest_makereport(item, call):
                 report.sections.append(("seed", f"rerun with RAYLOG_TEST_SEED={value}"))
 
 
-LONG = ("tests/faults/", "tests/spark/test_connector_failover.py", "tests/integration/test_many_partitions.py",
+LONG = ("tests/faults/", "tests/integration/test_many_partitions.py",
         "tests/spark/test_connector.py::test_a_cancelled_read_stops_its_tasks_at_once_and_frees_their_memory",
         "tests/spark/test_spark_bridge.py::test_stop_returns_by_force_when_raydp_hangs_and_a_new_session_starts",
         "tests/integration/test_replication.py::test_with_no_in_sync_replica_alive_the_partition_stays_offline",

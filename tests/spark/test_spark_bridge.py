@@ -456,9 +456,10 @@ def test_a_planned_batch_ending_past_a_truncated_log_fails_at_once_or_reads_what
 
 
 def test_stop_returns_by_force_when_raydp_hangs_and_a_new_session_starts(cluster, spark, monkeypatch):
-    """Runs last: it ends the module's session the hard way, with RayDP's own stop hung. The stop
-    must return without it (no clock: a stop that waited for RayDP would wait for the hang's end,
-    which comes only after), its JVM and RayDP's app master gone."""
+    """Runs last (tests/spark/conftest.py puts it there): it ends the package's session the hard
+    way, with RayDP's own stop hung. The stop must return without it (no clock: a stop that waited
+    for RayDP would wait for the hang's end, which comes only after), its JVM and RayDP's app
+    master gone."""
     import raydp
     import raydp.spark.ray_cluster_master as master
 
