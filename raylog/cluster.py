@@ -74,6 +74,7 @@ class Cluster:
     def bootstrap_servers(self) -> str:
         """host:port of every node's Kafka listener (ClusterConfig.kafka_listener), comma-separated,
         the head's first: what Kafka clients and tools take as bootstrap servers. "" when off."""
+        self.session.check()
         if not self.config.kafka_listener:
             return ""
         brokers = ray_calls.get(self.controller.kafka_brokers.remote(), self.config.request_timeout_ms / 1000 * 2)

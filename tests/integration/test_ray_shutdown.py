@@ -33,7 +33,7 @@ def raylog_threads() -> list[threading.Thread]:
 
 def test_a_producer_and_a_consumer_group_left_open_end_their_threads_at_ray_shutdown_and_start_no_ray(
         tmp_path, ray_down):
-    raylog.connect(data_root=str(tmp_path), **RAY_ARGS)
+    cluster = raylog.connect(data_root=str(tmp_path), **RAY_ARGS)
     admin = raylog.AdminClient()
     admin.create_topic("t", num_partitions=2)
     producer = raylog.Producer()
@@ -62,6 +62,8 @@ def test_a_producer_and_a_consumer_group_left_open_end_their_threads_at_ray_shut
         consumer.poll(timeout_ms=100)
     with pytest.raises(RaySessionEndedError):
         admin.list_topics()
+    with pytest.raises(RaySessionEndedError):
+        cluster.bootstrap_servers()
     producer.close()
     lingering.close()
     consumer.close()
