@@ -17,8 +17,8 @@ Rows (records/s unless noted), each the median of --runs runs:
   on the same-node channel (the default) and on Ray calls (local_produce=False)
 
 Issue 33's two send rows are also timed with a no-op producer in the same loop (the
-interpreter's floor, measured in the same run): the ratio carries from one machine to another
-where the absolute rate does not.
+interpreter's floor, measured in the same run), and printed as a fraction of it: a yardstick
+for comparing VMs of different speeds, where the absolute rates differ by 2-3x.
 
 In the same run, Ray's own ``ray.util.queue.Queue`` moves the same records with
 put_nowait_batch/get_nowait_batch: the Ray-native baseline, printed as a ratio. Records
@@ -232,8 +232,7 @@ class _NoopProducer:
 
 def interpreter_floor(values: list[bytes], keys: list[bytes]) -> tuple[float, float]:
     """Records/s of the two send rows' loops with a no-op producer: what this machine's interpreter
-    allows before raylog does anything. A baseline for the per-record rows that moves with the
-    machine (a VM whose lock round trip takes 145 ns instead of 40 runs every row slower)."""
+    allows before raylog does anything."""
     send = _NoopProducer().send
     start = time.perf_counter()
     for v in values:
