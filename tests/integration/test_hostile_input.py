@@ -14,6 +14,7 @@ from the run's seed; the test prints how many ran.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -180,10 +181,16 @@ TOOL_FILES = (".hypothesis", "__pycache__", ".pytest_cache")
 """What the test tools themselves write (hypothesis' caches, bytecode), not raylog."""
 
 
-def tree(path: Path) -> set[str]:
-    if not path.exists():
-        return set()
-    return {str(p) for p in path.rglob("*") if not any(part in TOOL_FILES for part in p.parts)}
+def tree_outside(path: Path, data_root: Path) -> set[str]:
+    """Every path under ``path`` but ``data_root``'s and the test tools', in one walk: a replica's
+    checkpoint written to a .tmp file and renamed inside data_root while two walks ran (one of
+    ``path``, one of ``data_root`` to subtract) was counted as written outside it."""
+    found: set[str] = set()
+    for directory, subdirectories, files in os.walk(path):
+        here = Path(directory)
+        subdirectories[:] = [d for d in subdirectories if d not in TOOL_FILES and here / d != data_root]
+        found.update(str(here / name) for name in subdirectories + files if name not in TOOL_FILES)
+    return found
 
 
 def test_garbage_at_every_actor_is_refused_with_raylog_errors_and_changes_nothing(setup, seed, tmp_path):
@@ -202,7 +209,7 @@ def test_garbage_at_every_actor_is_refused_with_raylog_errors_and_changes_nothin
             for name, h in actors.items()}
     before_logs = logs()
     outside = [Path.cwd(), root.parent]
-    before_trees = {str(p): tree(p) - tree(root) for p in outside}
+    before_trees = {str(p): tree_outside(p, root) for p in outside}
     ran: list = []
 
     batch: list = []
@@ -236,7 +243,7 @@ def test_garbage_at_every_actor_is_refused_with_raylog_errors_and_changes_nothin
              for name, h in actors.items()}
     assert after == pids, "no actor died"
     for p in outside:
-        assert tree(p) - tree(root) == before_trees[str(p)], f"nothing written outside the data directory in {p}"
+        assert tree_outside(p, root) == before_trees[str(p)], f"nothing written outside the data directory in {p}"
     refused = Counter(type(o).__name__ for *_, o in ran if isinstance(o, BaseException))
     print(f"hostile input: {len(ran)} cases ran against {len({(t, m) for t, m, *_ in ran})} actor methods, "
           f"{sum(refused.values())} refused with raylog errors ({dict(refused.most_common())}), "
