@@ -23,7 +23,7 @@ from operator import itemgetter
 
 import numpy as np
 
-from raylog.producer.accumulator import Stage
+from raylog.producer.accumulator import RECORD_OVERHEAD_BYTES, Stage
 from raylog.config import ProducerConfig
 from raylog.errors import RecordTooLargeError
 from raylog.producer.partitioner import StickyPartitioner, partitions_for_keys
@@ -31,8 +31,6 @@ from raylog.records import TopicPartition, serialized_header_size
 from raylog.storage import batch as record_batch
 from raylog.storage.payload import BinaryColumn
 
-RECORD_OVERHEAD_BYTES = 16
-"""Payload bytes per record beyond key and value: two int32 offsets and an int64 timestamp delta."""
 BATCH_OVERHEAD_BYTES = record_batch.HEADER_SIZE + 256
 """Batch header, payload header and alignment padding, rounded up."""
 

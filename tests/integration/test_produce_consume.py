@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -65,6 +66,37 @@ def test_records_keep_keys_headers_timestamps_and_per_partition_order(cluster):
         assert values == sorted(values), "a partition must keep send order"
     producer.close()
     consumer.close()
+
+
+def test_plain_serialized_partitioned_and_overridden_sends_all_arrive(cluster):
+    """A producer with no serializer or partitioner takes plain bytes in one Python call per record
+    (issue 33); serializers, a partitioner, tombstones and a subclass's own send() go around it."""
+    topic = fresh_topic(cluster, 2)
+
+    class Counting(raylog.Producer):
+        calls = 0
+
+        def send(self, *args, **kwargs):
+            Counting.calls += 1
+            return super().send(*args, **kwargs)
+
+    plain = cluster.producer()
+    serialized = cluster.producer(value_serializer=lambda v: json.dumps(v).encode(), key_serializer=str.encode)
+    partitioned = cluster.producer(partitioner=lambda key, partitions, available: partitions[-1])
+    counting = Counting(cluster)
+    futures = [plain.send(topic, b"plain"), plain.send(topic, b"keyed", key=b"k"),
+               plain.send(topic, None, key=b"tombstone"), serialized.send(topic, {"n": 1}, key="json"),
+               partitioned.send(topic, b"pinned", key=b"p"), counting.send(topic, b"counted")]
+    metas = [f.get(timeout=30) for f in futures]
+    assert Counting.calls == 1, "the subclass's send() was called, not bypassed"
+    assert metas[4].partition == 1, "the partitioner chose"
+    records = consume_all(cluster.consumer(topic, auto_offset_reset="earliest"), 6)
+    assert sorted((r.key or b"", r.value or b"") for r in records) == sorted(
+        [(b"", b"plain"), (b"k", b"keyed"), (b"tombstone", b""), (b"json", b'{"n": 1}'), (b"p", b"pinned"),
+         (b"", b"counted")])
+    assert (plain.send.__name__, plain.send.__doc__) == ("send", raylog.Producer.send.__doc__)
+    for producer in (plain, serialized, partitioned, counting):
+        producer.close()
 
 
 def test_send_batch_spreads_unkeyed_records_and_consumer_reads_columns(cluster):

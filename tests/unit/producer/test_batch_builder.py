@@ -16,7 +16,7 @@ from raylog.producer.futures import CallbackRunner
 from raylog.metadata import TopicInfo
 from raylog.producer.partitioner import partition_for_key
 from raylog.storage import batch as rb
-from tests.unit.producer.test_accumulator import StaticTopics
+from tests.unit.producer.test_accumulator import StaticTopics, full_send
 
 
 def stage_of(values, keys=None, partitions=6, max_message_bytes=8 << 20, config=None, headers=None):
@@ -116,9 +116,10 @@ def test_send_stamps_records_in_milliseconds_whether_clock_read_or_given():
     timestamp turns the stage's readings into ms, and the records after it are stamped in ms too."""
     acc = RecordAccumulator(ProducerConfig(), StaticTopics(1), CallbackRunner())
     before = time.time_ns() // 1_000_000
-    futures = [acc.append("t", None, b"clock", time.time_ns(), 21),
+    send = acc.plain_send(full_send)
+    futures = [send("t", b"clock"),
                acc.append_record("t", None, b"given", 1_600_000_000_123, None, None, 21, time.time_ns()),
-               acc.append("t", None, b"clock again", time.time_ns(), 27),
+               send("t", b"clock again"),
                acc.append_record("t", None, b"headers", None, [("h", b"1")], None, 40, time.time_ns())]
     after = time.time_ns() // 1_000_000
     acc.close()
@@ -136,7 +137,8 @@ def test_send_stamps_records_in_milliseconds_whether_clock_read_or_given():
 def test_a_stage_of_clock_readings_is_cut_to_milliseconds():
     acc = RecordAccumulator(ProducerConfig(), StaticTopics(2), CallbackRunner())
     now_ns = 1_700_000_000_123_456_789
-    futures = [acc.append("t", None, b"v%d" % i, now_ns + i * 1_000_000, 18) for i in range(5)]
+    futures = [acc.append_record("t", None, b"v%d" % i, None, None, None, 18, now_ns + i * 1_000_000)
+               for i in range(5)]
     acc.close()
     (stage,) = acc.take_closed()
     (batch,) = BatchBuilder(ProducerConfig(), 7).cut(stage)
