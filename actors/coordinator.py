@@ -328,14 +328,16 @@ class GroupCoordinator:
     async def fetch_offsets(self, group_id: str, partitions: list | None = None, member_id: str | None = None,
                             member_epoch: int = -1) -> list:
         """[[topic, partition, offset, metadata], ...] committed; a member asking names itself and
-        its epoch (group_state.GroupCoordinatorState.fetch_offsets)."""
-        await self._ready()
+        its epoch (group_state.GroupCoordinatorState.fetch_offsets). Answered in turn with the
+        writes: a commit that arrived first (one a listener stopped waiting for included) is
+        stored before this reads, so a partition's next owner never starts from an older offset
+        and commits it over a newer one (chaos-kafka's committed-offsets-backwards, stop 66)."""
         wanted = None if partitions is None else [
             (args.text("topic", t, 249), args.integer("partition", p, 0, args.INT32_MAX))
             for t, p in args.rows("partitions", partitions, 2)]
         args.optional_text("member_id", member_id)
         args.integer("member_epoch", member_epoch, -2, args.INT32_MAX)
-        found = self.state.fetch_offsets(group_id, wanted, member_id, member_epoch)
+        found = await self._handle(lambda: ([], self.state.fetch_offsets(group_id, wanted, member_id, member_epoch)))
         return [[t, p, o, m] for (t, p), (o, m) in sorted(found.items())]
 
     async def describe_group(self, group_id: str) -> dict:
