@@ -331,7 +331,7 @@ class GroupCoordinator:
         its epoch (group_state.GroupCoordinatorState.fetch_offsets). Answered in turn with the
         writes: a commit that arrived first (one a listener stopped waiting for included) is
         stored before this reads, so a partition's next owner never starts from an older offset
-        and commits it over a newer one (chaos-kafka's committed-offsets-backwards, stop 66)."""
+        and commits it over a newer one (tests/unit/actors/test_coordinator_reads_after_writes.py)."""
         wanted = None if partitions is None else [
             (args.text("topic", t, 249), args.integer("partition", p, 0, args.INT32_MAX))
             for t, p in args.rows("partitions", partitions, 2)]
