@@ -7,8 +7,8 @@
 
 Scenarios: kafka (Kafka's table, rows 1-9), peers (Redis Streams, NATS JetStream and
 ray.util.queue beside raylog), stored-data (row 10), and each area's own script: clients,
-replication, groups, partitions, spark, storage, codec, kafka-protocol (Kafka clients through the
-listener). Then `python -m bench.plot` draws the PNGs.
+replication, groups (a new cluster's first join among its rows), partitions, spark, storage,
+codec, kafka-protocol (Kafka clients through the listener). Then `python -m bench.plot` draws the PNGs.
 """
 
 from __future__ import annotations

@@ -8,9 +8,14 @@ Rows (medians of --runs runs):
 - seconds from a member's SIGKILL until every partition it owned is being consumed again by the
   others (session_timeout_ms is printed with it: that is what bounds it);
 - the longest pause, during a 4th member's join, in any partition that did not move (the
-  target is none: KIP-848 has no group-wide barrier).
+  target is none: KIP-848 has no group-wide barrier);
+- a new cluster's first join (issue 33): on a brand-new local Ray, seconds from a kafka-python
+  KafkaConsumer's construction to the first record its group's first join lets it read, at the
+  defaults (``__consumer_offsets`` made with the cluster) and, the baseline in the same run, at
+  the defaults before issue 33 (made by the first group, 8 partitions). bench.first_minute's
+  child program measures it, before this bench starts its own cluster.
 
-    python -m bench.groups_bench [--records 1000000] [--runs 3] [--session-ms 3000]
+    python -m bench.groups_bench [--records 1000000] [--runs 3] [--session-ms 3000] [--no-first-join]
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from pathlib import Path
 
 import ray
 
+from bench import first_minute
 from bench.client_bench import RECORD_BYTES, make_values
 
 
@@ -154,13 +160,30 @@ def failover_and_join(cluster, topic: str, session_ms: int) -> tuple[float, floa
     return failover, pause
 
 
-def run(records: int, runs: int, session_ms: int) -> dict:
+def first_joins(runs: int) -> dict[str, list[float]]:
+    """First-record seconds of a new cluster's first group, now and at the defaults before issue
+    33, alternating; each run is a new local Ray in a child process."""
+    rows: dict[str, list[float]] = {"first_join_s": [], "first_join_before_s": []}
+    for _ in range(runs):
+        for row, mode in (("first_join_s", "eager"), ("first_join_before_s", "before")):
+            eager, partitions, _ = first_minute.MODES[mode]
+            got = first_minute.one_run(eager, partitions)
+            if got["count"] != first_minute.RECORDS:
+                raise RuntimeError(f"the first group read {got['count']} of {first_minute.RECORDS} records")
+            rows[row].append(got["first_record"])
+    return rows
+
+
+def run(records: int, runs: int, session_ms: int, first_join: bool = True) -> dict:
     import raylog
 
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    # Before this bench's own Ray starts: each first join needs a Ray of its own, new.
+    joins = first_joins(runs) if first_join else {}
     cluster = raylog.connect(data_root=tempfile.mkdtemp(prefix="raylog-groups-bench-"), num_cpus=2,
                              cluster_config={"offsets_topic_num_partitions": 1})
-    rows: dict[str, list[float]] = {"one_member": [], "three_members": [], "failover_s": [], "join_pause_s": []}
+    rows: dict[str, list[float]] = {"one_member": [], "three_members": [], "failover_s": [], "join_pause_s": [],
+                                    **joins}
     try:
         topic = f"bench-{uuid.uuid4().hex[:6]}"
         cluster.admin().create_topic(topic, 6)
@@ -187,6 +210,10 @@ def run(records: int, runs: int, session_ms: int) -> dict:
     print(f"  3 members            {med['three_members']:>12,.0f} records/s")
     print(f"  SIGKILL to re-read   {med['failover_s']:>12.2f} s   (session_timeout_ms {session_ms})")
     print(f"  longest pause of a partition that did not move during a join  {med['join_pause_s']:.3f} s")
+    if joins:
+        print(f"  a new cluster's first join, consumer built to first record  {med['first_join_s']:.2f} s"
+              f"   (defaults before issue 33: {med['first_join_before_s']:.2f} s, "
+              f"{med['first_join_before_s'] / med['first_join_s']:.1f}x; target <= 1.5 s)")
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
     (out / "groups.json").write_text(json.dumps({"median": med, "runs": rows}, indent=2))
@@ -198,8 +225,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--session-ms", type=int, default=3000)
+    parser.add_argument("--no-first-join", action="store_true", help="skip the new clusters' first joins")
     args = parser.parse_args(argv)
-    return run(args.records, args.runs, args.session_ms)
+    return run(args.records, args.runs, args.session_ms, not args.no_first_join)
 
 
 if __name__ == "__main__":
