@@ -1,4 +1,4 @@
-"""Issue 33's per-record producer rows on two trees of this repository, alternating in one session.
+"""Issue 33's per-record producer and consumer rows on two trees, alternating in one session.
 
 The machines these benches run on change speed from day to day and within the hour (a `Lock`
 round trip has measured 40 ns on one day and 390 on another), so an absolute rate says little
@@ -29,6 +29,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+# The workloads are bench.client_bench's (make_values, make_random_values, the per-record rows),
+# written out here: the child imports only the tree under test, and a base tree's bench may predate
+# them.
 CHILD = r"""
 import json, random, statistics, sys, tempfile, time
 import numpy as np
